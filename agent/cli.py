@@ -1,0 +1,35 @@
+"""The `ratchet` command line. Each sub-command lives in agent/commands/<name>.py and exposes
+`register(subparsers)`; the contract (names, flags, exit codes) is in ../shared/DESIGN.md."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main"]
+
+# Order is the order shown in --help.
+_COMMAND_MODULES = ("measure", "parity", "profile", "compare", "policy", "audit")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ratchet",
+        description="Audited, policy-gated optimization campaigns for LLM serving (vLLM Gemma 4).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        module = importlib.import_module(f"agent.commands.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

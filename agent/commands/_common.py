@@ -1,0 +1,73 @@
+"""What the sub-commands share: spec loading, workspace and backend set-up, one-line errors."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from agent.spec import CampaignSpec, SpecError, load_spec
+from harness.errors import HarnessError
+from sandbox.base import Backend
+from sandbox.errors import SandboxError
+from sandbox.workspace import Workspace
+
+__all__ = ["console", "err_console", "cli_errors", "open_spec", "ensure_workspace", "make_backend",
+           "EXIT_USAGE", "EXIT_HARNESS"]
+
+console = Console()
+err_console = Console(stderr=True)
+EXIT_USAGE = 2       # bad spec, bad arguments, missing files
+EXIT_HARNESS = 3     # the measurement could not be completed (server, benchmark, sandbox)
+
+
+def cli_errors(func: Callable[[Any], int]) -> Callable[[Any], int]:
+    """Turn the project's own errors into one readable line and an exit code; never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(args: Any) -> int:
+        try:
+            return func(args)
+        except SpecError as exc:
+            err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+            return EXIT_USAGE
+        except (HarnessError, SandboxError) as exc:
+            err_console.print(f"[red]{type(exc).__name__}:[/red] {exc}", markup=True, highlight=False)
+            return EXIT_HARNESS
+        except KeyboardInterrupt:
+            err_console.print("interrupted; servers were stopped")
+            return 130
+
+    return wrapper
+
+
+def open_spec(path: str) -> CampaignSpec:
+    return load_spec(Path(path))
+
+
+def ensure_workspace(spec: CampaignSpec, *, workspace: str | None = None) -> Workspace:
+    """The spec's workspace, created on first use from the installed (or source) vLLM tree."""
+    root = Path(workspace).resolve() if workspace else spec.workspace_dir(Path.cwd())
+    if (root / ".git").exists():
+        return Workspace.open(root, spec.target.package)
+    err_console.print(f"creating workspace {root} (copies the {spec.target.package} package; ~20 s)")
+    source = spec.target.source / spec.target.package if spec.target.source else None
+    return Workspace.create(root, serving=dict(spec.server.engine_args), package=spec.target.package, source=source)
+
+
+def make_backend(spec: CampaignSpec) -> Backend:
+    if spec.sandbox.backend == "local":
+        from sandbox.local import LocalBackend
+
+        return LocalBackend()
+    from sandbox.docker_backend import DockerBackend  # type: ignore[import-not-found]
+
+    return DockerBackend.from_spec(spec.sandbox)  # type: ignore[no-any-return]
+
+
+def python_for_server() -> str:
+    return sys.executable

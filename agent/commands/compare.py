@@ -1,0 +1,95 @@
+"""`ratchet compare SPEC --baseline REF --candidate REF`: the seed claim's verification recipe.
+
+Two builds on the same machine with the same engine args recorded for both, token parity checked, the
+grid measured interleaved, and a relative table per cell with bootstrap CIs. A REF is a git ref of the
+workspace, a path to a tree holding vllm/, or a patch file (applied on top of the workspace's HEAD).
+Exit 0 when parity holds, 1 when parity is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
+from agent.commands._render import ab_table, progress_bar
+from harness.measure import Build, ab_compare
+from sandbox.errors import WorkspaceError
+from sandbox.workspace import Workspace
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("compare", help="A/B two builds: parity + interleaved grid with CIs")
+    p.add_argument("spec")
+    p.add_argument("--baseline", default="HEAD", help="git ref, tree path, or .patch/.diff file")
+    p.add_argument("--candidate", required=True, help="git ref, tree path, or .patch/.diff file")
+    p.add_argument("--workspace")
+    p.add_argument("--repeats", type=int, help="override benchmark.repeats (pairs per cell)")
+    p.add_argument("--engine-args", help="JSON object overriding the candidate's engine args")
+    p.add_argument("--out", help="write the comparison as JSON")
+    p.set_defaults(func=run)
+
+
+def _build(ws: Workspace, ref: str, tag: str, work: Path) -> Build:
+    path = Path(ref)
+    if path.suffix in (".patch", ".diff") and path.is_file():
+        tree = ws.checkout_copy("HEAD", work / f"tree-{tag}")
+        copy = Workspace.open(tree, ws.package)
+        copy.apply_patch(path.read_text())
+        return Build(tag=tag, tree=tree, engine_args=copy.serving_config(), ref=f"HEAD+{path.name}")
+    if path.is_dir() and (path / ws.package).is_dir():
+        serving = Workspace(root=path.resolve(), package=ws.package)
+        engine = serving.serving_config() if (path / "serving.yaml").exists() else ws.serving_config()
+        return Build(tag=tag, tree=path.resolve(), engine_args=engine, ref=str(path.resolve()))
+    try:
+        commit = ws.resolve(ref)
+    except WorkspaceError as exc:
+        raise WorkspaceError(f"{ref!r} is neither a git ref of {ws.root}, a tree with {ws.package}/, "
+                             "nor a .patch/.diff file") from exc
+    tree = ws.checkout_copy(commit, work / f"tree-{tag}")
+    return Build(tag=tag, tree=tree, engine_args=ws.serving_config(commit), ref=commit)
+
+
+@cli_errors
+def run(args: argparse.Namespace) -> int:
+    spec = open_spec(args.spec)
+    bench = spec.benchmark.model_copy(update={"repeats": args.repeats}) if args.repeats else spec.benchmark
+    ws = ensure_workspace(spec, workspace=args.workspace)
+    work = ws.root.parent / f"{ws.root.name}.runs" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    a = _build(ws, args.baseline, "A", work)
+    b = _build(ws, args.candidate, "B", work)
+    if args.engine_args:
+        b = Build(tag=b.tag, tree=b.tree, engine_args={**b.engine_args, **json.loads(args.engine_args)}, ref=b.ref)
+    err_console.print(f"A = {a.ref} {a.engine_args}\nB = {b.ref} {b.engine_args}")
+    started = time.monotonic()
+    cells = bench.cells()
+    with progress_bar(len(cells) * bench.repeats * 2, "interleaved runs") as (bar, task):
+        result = ab_compare(make_backend(spec), a, b, server=spec.server, bench=bench, stats_cfg=spec.stats,
+                            parity=spec.parity, work_dir=work, cache_dir=ws.root.parent / ".cache" / "compare",
+                            progress=lambda msg: err_console.print(msg),
+                            on_run=lambda run: bar.advance(task))  # type: ignore[arg-type]
+    wall = time.monotonic() - started
+    console.print(ab_table(result, f"{spec.name}: B vs A, {bench.repeats} interleaved pairs per cell, wall {wall:.0f} s "
+                                   f"(ratios > 1: B better)"))
+    parity_line = result.parity.summary() if result.parity else "parity not checked"
+    console.print(parity_line)
+    if args.out:
+        out = {"spec": spec.name, "a": {"ref": a.ref, "engine_args": a.engine_args, "startup_s": result.a.startup_s,
+                                        "evidence": result.a.evidence},
+               "b": {"ref": b.ref, "engine_args": b.engine_args, "startup_s": result.b.startup_s,
+                     "evidence": result.b.evidence},
+               "repeats": bench.repeats, "wall_s": wall, "overall": vars(result.overall),
+               "cells": {label: {m: vars(ci) for m, ci in per.items()} for label, per in result.cells.items()},
+               "samples": {tag: [{"cell": r.job.cell.label, "repeat": r.job.repeat, **r.metrics()} for r in g.runs]
+                           for tag, g in (("A", result.a), ("B", result.b))},
+               "parity": result.parity.to_json() if result.parity else None}
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+        err_console.print(f"wrote {args.out}")
+    for tag in ("A", "B"):
+        if (work / f"tree-{tag}").exists():
+            ws.remove_copy(work / f"tree-{tag}")
+    return 0 if result.parity is None or result.parity.ok else 1

@@ -1,0 +1,51 @@
+"""`ratchet measure SPEC [--out FILE.json]`: the baseline grid of the current workspace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
+from agent.commands._render import grid_table, progress_bar
+from harness.measure import Build, measure_grid
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("measure", help="measure the benchmark grid of the current workspace")
+    p.add_argument("spec", help="campaign spec, e.g. experiments/gemma4-tiny-cpu.yaml")
+    p.add_argument("--out", help="also write the result as JSON (one object per cell)")
+    p.add_argument("--workspace", help="workspace directory (default: .ratchet/workspaces/<spec name>)")
+    p.add_argument("--repeats", type=int, help="override benchmark.repeats")
+    p.set_defaults(func=run)
+
+
+@cli_errors
+def run(args: argparse.Namespace) -> int:
+    spec = open_spec(args.spec)
+    bench = spec.benchmark.model_copy(update={"repeats": args.repeats}) if args.repeats else spec.benchmark
+    ws = ensure_workspace(spec, workspace=args.workspace)
+    build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
+    work = ws.root.parent / f"{ws.root.name}.runs" / f"measure-{time.strftime('%Y%m%d-%H%M%S')}"
+    started = time.monotonic()
+    cells = bench.cells()
+    with progress_bar(len(cells) * bench.repeats, "benchmark runs") as (bar, task):
+        result = measure_grid(make_backend(spec), build, server=spec.server, bench=bench, work_dir=work,
+                              cache_dir=ws.root.parent / ".cache" / ws.tree_hash(),
+                              progress=lambda msg: err_console.print(msg),
+                              on_run=lambda run: bar.advance(task))  # type: ignore[arg-type]
+    wall = time.monotonic() - started
+    rows = result.table(cells)
+    console.print(grid_table(rows, f"{spec.name} @ {build.ref[:10]}  (median of {bench.repeats}; "
+                                   f"server start {result.startup_s:.1f} s; wall {wall:.0f} s)"))
+    console.print("prefill tok/s = input tokens / wall time of an output-length-1 run (measured, not derived)")
+    if args.out:
+        out = {"spec": spec.name, "ref": build.ref, "tree": ws.tree_hash(), "engine_args": build.engine_args,
+               "startup_s": result.startup_s, "wall_s": wall, "evidence": result.evidence,
+               "isolation": result.evidence.get("isolation"), "repeats": bench.repeats, "cells": rows}
+        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+        err_console.print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,177 @@
+"""Benchmark cells with the pristine `vllm bench serve` client and parse its --save-result JSON.
+
+"Prefill" throughput is measured, not derived: a cell with output length 1 is a prefill-only run,
+and its throughput is input tokens / wall time of that run (reported as `prefill_tok_s`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from harness.config import BenchmarkConfig, Cell
+from harness.errors import BenchmarkFailed, MalformedBenchResult
+
+__all__ = ["BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
+
+
+class BenchResult(BaseModel):
+    """The fields of vLLM's --save-result JSON the harness relies on (others are kept as raw)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    duration: float
+    completed: int
+    failed: int = 0
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    mean_e2el_ms: float
+    median_e2el_ms: float
+    p99_e2el_ms: float
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.total_input_tokens / self.duration
+
+
+SUMMARY_FIELDS = (
+    "total_token_throughput", "output_throughput", "request_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+    "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms",
+)
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    cell: Cell
+    base_url: str
+    model_name: str
+    tokenizer: Path
+    tag: str               # which build ("A", "B", "baseline"...), for the record
+    repeat: int
+
+
+@dataclass(frozen=True)
+class CellRun:
+    job: BenchJob
+    result: BenchResult
+    wall_s: float
+
+    def metrics(self) -> dict[str, float]:
+        out = {k: float(getattr(self.result, k)) for k in SUMMARY_FIELDS}
+        out["prefill_tok_s"] = self.result.prefill_tok_s
+        return out
+
+
+def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename: str) -> list[str]:
+    return [
+        "--backend", "vllm", "--base-url", job.base_url, "--model", job.model_name,
+        "--tokenizer", str(job.tokenizer), "--dataset-name", "random",
+        "--random-input-len", str(job.cell.input_len), "--random-output-len", str(job.cell.output_len),
+        "--random-range-ratio", "0", "--num-prompts", str(config.num_prompts),
+        "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(config.num_warmups),
+        "--ignore-eos", "--seed", str(config.seed + job.repeat), "--disable-tqdm",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--save-result", "--result-dir", str(result_dir), "--result-filename", filename,
+    ]
+
+
+def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
+    try:
+        raw = json.loads(path.read_text())
+        result = BenchResult.model_validate(raw)
+    except FileNotFoundError as exc:
+        raise MalformedBenchResult(f"benchmark wrote no result at {path}; see the client log beside it") from exc
+    except (json.JSONDecodeError, ValidationError) as exc:
+        raise MalformedBenchResult(f"{path} is not a valid vllm bench result: {exc}".splitlines()[0]) from exc
+    if result.failed or result.completed != num_prompts:
+        raise BenchmarkFailed(
+            f"{job.tag} {job.cell.label}: {result.failed} of {num_prompts} requests failed "
+            f"({result.completed} completed); read the server log"
+        )
+    return result
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Path,
+             python: str = sys.executable, on_done: Callable[[CellRun], None] | None = None,
+             check_alive: Callable[[BenchJob], None] | None = None) -> list[CellRun]:
+    """Run jobs in the given order (the caller interleaves A/B) in one pristine client process."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    files = [f"job{index:04d}.json" for index in range(len(jobs))]
+    for name in files:
+        (work_dir / name).unlink(missing_ok=True)
+    argvs = [job_argv(job, config, work_dir, name) for job, name in zip(jobs, files, strict=True)]
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=work_dir, delete=False) as f:
+        json.dump(argvs, f)
+    log_path = work_dir / "client.log"
+    timeout = config.run_timeout_s * len(jobs) + 60
+    runs: list[CellRun] = []
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([python, "-I", "-m", "harness.bench_driver", f.name], stdout=subprocess.PIPE,
+                                stderr=log, start_new_session=True)
+        # The client can hang without printing: a watchdog kills its process group at the deadline.
+        fired = threading.Event()
+        watchdog = threading.Timer(timeout, lambda: (fired.set(), _kill_group(proc.pid)))
+        watchdog.start()
+        started = time.monotonic()
+        try:
+            assert proc.stdout is not None
+            for raw_line in proc.stdout:
+                line = raw_line.decode(errors="replace").strip()
+                log.write(raw_line)
+                if line.startswith("RATCHET_JOB_START"):
+                    started = time.monotonic()
+                elif line.startswith("RATCHET_JOB_DONE"):
+                    index = int(line.split()[1])
+                    job = jobs[index]
+                    if check_alive:
+                        check_alive(job)
+                    run = CellRun(job=job, result=parse_result(work_dir / files[index], job, config.num_prompts),
+                                  wall_s=time.monotonic() - started)
+                    runs.append(run)
+                    if on_done:
+                        on_done(run)
+            code = proc.wait()
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                _kill_group(proc.pid)
+                proc.wait()
+    if fired.is_set():
+        raise BenchmarkFailed(f"benchmark client exceeded {timeout:.0f} s and was killed; see {log_path}")
+    if code != 0 or len(runs) != len(jobs):
+        for job in jobs[len(runs):len(runs) + 1]:
+            if check_alive:
+                check_alive(job)
+        raise BenchmarkFailed(f"benchmark client exited with code {code} after {len(runs)}/{len(jobs)} runs; "
+                              f"see {log_path}")
+    return runs

@@ -1,0 +1,96 @@
+"""The harness's own configuration models (YAML/JSON boundary). The campaign spec composes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["ServerConfig", "BenchmarkConfig", "ParityConfig", "StatsConfig", "Cell"]
+
+PositiveInt = Annotated[int, Field(gt=0)]
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class Cell(BaseModel):
+    model_config = _STRICT
+    input_len: PositiveInt
+    output_len: PositiveInt
+
+    @property
+    def label(self) -> str:
+        return f"in{self.input_len}/out{self.output_len}"
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.output_len == 1
+
+
+class ServerConfig(BaseModel):
+    """How a fresh `vllm serve` is started. Engine args here seed the workspace's serving.yaml."""
+
+    model_config = _STRICT
+    model: Path = Field(description="checkpoint directory (config.json, safetensors, tokenizer.json)")
+    served_model_name: str = "model"
+    engine_args: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="extra server env (allowlisted keys)")
+    startup_timeout_s: float = Field(default=420.0, gt=0)
+    port: int | None = Field(default=None, ge=1024, le=65535, description="None: a free port each time")
+
+
+class BenchmarkConfig(BaseModel):
+    """The grid and how each cell is measured with the pristine `vllm bench serve` client."""
+
+    model_config = _STRICT
+    input_lens: list[PositiveInt] = Field(min_length=1)
+    output_lens: list[PositiveInt] = Field(min_length=1)
+    prefill: bool = Field(default=True, description="also measure output length 1 per input length")
+    num_prompts: PositiveInt = 32
+    max_concurrency: PositiveInt = 8
+    num_warmups: int = Field(default=2, ge=0)
+    repeats: PositiveInt = 3
+    seed: int = 0
+    run_timeout_s: float = Field(default=600.0, gt=0)
+
+    @field_validator("input_lens", "output_lens")
+    @classmethod
+    def _unique(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):
+            raise ValueError("lengths must be unique")
+        return v
+
+    def cells(self) -> list[Cell]:
+        cells = [Cell(input_len=i, output_len=o) for i in self.input_lens for o in self.output_lens]
+        if self.prefill:
+            cells += [Cell(input_len=i, output_len=1) for i in self.input_lens if 1 not in self.output_lens]
+        return cells
+
+
+class ParityConfig(BaseModel):
+    model_config = _STRICT
+    prompts: Path = Field(description="held prompts (JSONL: id, prompt_token_ids); the agent never sees them")
+    visible_prompts: Path | None = Field(default=None, description="prompts the agent may see")
+    max_tokens: PositiveInt = 64
+    top_logprobs: Annotated[int, Field(ge=2, le=20)] = 2
+    seed: int = 0
+    concurrency: PositiveInt = 16
+    request_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class StatsConfig(BaseModel):
+    """The accept rule: bootstrap CI of the paired speedup, threshold on its lower bound, cell guard."""
+
+    model_config = _STRICT
+    metric: Literal["total_token_throughput", "output_throughput", "request_throughput"] = "total_token_throughput"
+    confidence: Annotated[float, Field(gt=0.5, lt=1.0)] = 0.95
+    resamples: Annotated[int, Field(ge=200)] = 4000
+    accept_lower_bound: Annotated[float, Field(gt=0)] = 1.02
+    cell_guard: Annotated[float, Field(gt=0, le=1.0)] = 0.97
+    plausibility_ceiling: Annotated[float, Field(gt=1.0)] = 10.0
+
+    @model_validator(mode="after")
+    def _guard_below_threshold(self) -> StatsConfig:
+        if self.cell_guard > self.accept_lower_bound:
+            raise ValueError("cell_guard must not exceed accept_lower_bound")
+        return self

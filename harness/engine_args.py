@@ -1,0 +1,87 @@
+"""The serving-config allowlist. A candidate may change engine args only through the workspace's
+serving.yaml, and only these keys with these types; everything the measurement depends on (model,
+port, prefix caching, seed, served name, load format) is fixed by the harness."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness.errors import EngineArgRejected
+
+__all__ = ["ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "engine_argv", "check_engine_args", "check_env"]
+
+# key -> accepted python type(s). Booleans become --flag / --no-flag.
+ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
+    "dtype": (str,),
+    "max_model_len": (int,),
+    "max_num_seqs": (int,),
+    "max_num_batched_tokens": (int,),
+    "enable_chunked_prefill": (bool,),
+    "enforce_eager": (bool,),
+    "block_size": (int,),
+    "kv_cache_dtype": (str,),
+    "gpu_memory_utilization": (float, int),
+    "async_scheduling": (bool,),
+    "attention_backend": (str,),
+    "compilation_config": (str,),       # JSON string, as vLLM's CLI takes it
+    "max_seq_len_to_capture": (int,),
+    "cuda_graph_sizes": (str,),
+    "disable_cascade_attn": (bool,),
+    "long_prefill_token_threshold": (int,),
+    "max_num_partial_prefills": (int,),
+    "scheduling_policy": (str,),
+    "load_format": (str,),               # only "auto" or "dummy"; see check_engine_args
+}
+
+# Environment variables a spec (never a candidate) may pass to the server.
+ENV_ALLOWLIST = frozenset({
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU",
+    "VLLM_CPU_ATTN_SPLIT_KV",
+    "OMP_NUM_THREADS",
+    "VLLM_ATTENTION_BACKEND",
+    "VLLM_LOGGING_LEVEL",
+    "CUDA_VISIBLE_DEVICES",
+})
+
+_FIXED = {"model", "port", "host", "enable_prefix_caching", "seed", "served_model_name", "trust_remote_code",
+          "tokenizer", "download_dir", "uds"}
+
+
+def check_engine_args(args: Mapping[str, object]) -> dict[str, object]:
+    clean: dict[str, object] = {}
+    for key, value in args.items():
+        if key in _FIXED:
+            raise EngineArgRejected(f"engine arg {key!r} is fixed by the harness and cannot be set")
+        types = ENGINE_ARG_TYPES.get(key)
+        if types is None:
+            allowed = ", ".join(sorted(ENGINE_ARG_TYPES))
+            raise EngineArgRejected(f"engine arg {key!r} is not allowed; allowed: {allowed}")
+        # bool is an int subclass: reject True for an int field and 1 for a bool field.
+        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
+            raise EngineArgRejected(f"engine arg {key}={value!r}: expected {'/'.join(t.__name__ for t in types)}")
+        if key == "load_format" and value not in ("auto", "dummy"):
+            raise EngineArgRejected("engine arg load_format must be 'auto' or 'dummy'")
+        if isinstance(value, str) and (value.startswith("-") or "\n" in value):
+            raise EngineArgRejected(f"engine arg {key}={value!r} looks like a flag or spans lines")
+        clean[key] = value
+    return clean
+
+
+def check_env(env: Mapping[str, str]) -> dict[str, str]:
+    for key in env:
+        if key not in ENV_ALLOWLIST:
+            raise EngineArgRejected(f"server env {key!r} is not allowed; allowed: {', '.join(sorted(ENV_ALLOWLIST))}")
+    return dict(env)
+
+
+def engine_argv(args: Mapping[str, object]) -> list[str]:
+    argv: list[str] = []
+    for key, value in sorted(check_engine_args(args).items()):
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + key.replace("_", "-"))
+        else:
+            argv += [flag, str(value)]
+    return argv

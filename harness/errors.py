@@ -1,0 +1,62 @@
+"""Exceptions the harness raises on purpose. Each message says what failed and what to do next.
+
+    HarnessError
+     ├── PortInUse            the requested port is taken
+     ├── ServerNotReady       /health did not answer within the start-up timeout
+     ├── ServerCrashed        the server process exited (during start-up or a benchmark)
+     ├── WrongTreeLoaded      the server imported vLLM from somewhere other than the workspace
+     ├── BenchmarkFailed      the benchmark client failed or requests failed
+     ├── MalformedBenchResult the client's --save-result JSON is missing fields or is not JSON
+     ├── ParityError          parity prompts or references are unusable
+     └── EngineArgRejected    a serving-config key or value is not on the allowlist
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HarnessError",
+    "PortInUse",
+    "ServerNotReady",
+    "ServerCrashed",
+    "WrongTreeLoaded",
+    "BenchmarkFailed",
+    "MalformedBenchResult",
+    "ParityError",
+    "EngineArgRejected",
+]
+
+
+class HarnessError(Exception):
+    """Base for failures the harness raises on purpose."""
+
+
+class PortInUse(HarnessError):
+    pass
+
+
+class ServerNotReady(HarnessError):
+    pass
+
+
+class ServerCrashed(HarnessError):
+    pass
+
+
+class WrongTreeLoaded(HarnessError):
+    pass
+
+
+class BenchmarkFailed(HarnessError):
+    pass
+
+
+class MalformedBenchResult(HarnessError):
+    pass
+
+
+class ParityError(HarnessError):
+    pass
+
+
+class EngineArgRejected(HarnessError):
+    pass

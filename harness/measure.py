@@ -1,0 +1,168 @@
+"""Measurement procedures: one build's grid, and an interleaved A/B comparison of two builds.
+
+Each procedure starts fresh servers (never reused across procedures), records start-up time and the
+evidence of what each server imported, and runs the pristine benchmark client host-side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.bench import BenchJob, CellRun, run_jobs
+from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
+from harness.parity import ParityReport, compare, generate, load_prompts
+from harness.server import Server, serve
+from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
+from sandbox.base import Backend
+
+__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric"]
+
+# What "faster" means per metric: throughput up, latency down (ratios are oriented so >1 is better).
+HIGHER_IS_BETTER = {"total_token_throughput": True, "output_throughput": True, "request_throughput": True,
+                    "prefill_tok_s": True, "mean_ttft_ms": False, "median_ttft_ms": False,
+                    "mean_tpot_ms": False, "median_tpot_ms": False, "mean_e2el_ms": False}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Build:
+    tag: str                       # "A"/"B", "baseline", "candidate"
+    tree: Path                     # directory holding vllm/ (the PYTHONPATH overlay)
+    engine_args: dict[str, object]
+    ref: str = ""                  # git commit of the tree, for the record
+
+
+def headline_metric(cell: Cell) -> str:
+    """Prefill cells are judged on prefill throughput, the others on end-to-end total throughput."""
+    return "prefill_tok_s" if cell.is_prefill else "total_token_throughput"
+
+
+@dataclass
+class GridResult:
+    build: Build
+    startup_s: float
+    evidence: dict[str, object]
+    runs: list[CellRun] = field(default_factory=list)
+
+    def cell_metrics(self, cell: Cell) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for run in self.runs:
+            if run.job.cell == cell:
+                for key, value in run.metrics().items():
+                    out.setdefault(key, []).append(value)
+        return out
+
+    def table(self, cells: list[Cell]) -> list[dict[str, object]]:
+        rows = []
+        for cell in cells:
+            metrics = self.cell_metrics(cell)
+            row: dict[str, object] = {"cell": cell.label, "input_len": cell.input_len, "output_len": cell.output_len,
+                                      "repeats": len(metrics.get("total_token_throughput", []))}
+            for key, values in metrics.items():
+                row[key] = statistics.median(values)
+            row["cv_headline"] = cv(metrics.get(headline_metric(cell), []))
+            rows.append(row)
+        return rows
+
+
+@dataclass
+class ABResult:
+    a: GridResult
+    b: GridResult
+    parity: ParityReport | None
+    cells: dict[str, dict[str, SpeedupCI]]       # cell label -> metric -> ratio (>1: B better)
+    overall: SpeedupCI
+
+    def headline(self) -> dict[str, SpeedupCI]:
+        return {label: metrics["headline"] for label, metrics in self.cells.items()}
+
+
+def _jobs(cells: list[Cell], servers: list[tuple[str, Server]], tokenizer: Path, repeats: int) -> list[BenchJob]:
+    """ABBA-style interleaving: the order of builds alternates per (repeat, cell) so neither side
+    always runs first or right after the other's warm caches."""
+    jobs = []
+    for rep in range(repeats):
+        for index, cell in enumerate(cells):
+            order = servers if (rep + index) % 2 == 0 else list(reversed(servers))
+            for tag, server in order:
+                jobs.append(BenchJob(cell=cell, base_url=server.base_url, model_name=server.model_name,
+                                     tokenizer=tokenizer, tag=tag, repeat=rep))
+    return jobs
+
+
+def _alive_check(servers: dict[str, Server]) -> Callable[[BenchJob], None]:
+    def check(job: BenchJob) -> None:
+        servers[job.tag].check_alive()
+    return check
+
+
+def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench: BenchmarkConfig,
+                 work_dir: Path, cache_dir: Path, progress: Progress = lambda _: None,
+                 on_run: Callable[[CellRun], None] | None = None) -> GridResult:
+    cells = bench.cells()
+    progress(f"starting server for {build.tag}")
+    with serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
+               log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir) as srv:
+        progress(f"server {build.tag} ready in {srv.startup_s:.1f} s; benchmarking {len(cells)} cells")
+        result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence)
+        jobs = _jobs(cells, [(build.tag, srv)], server.model, bench.repeats)
+        result.runs = run_jobs(jobs, bench, work_dir=work_dir / f"bench-{build.tag}", on_done=on_run,
+                               check_alive=_alive_check({build.tag: srv}))
+    return result
+
+
+def _ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsConfig
+            ) -> tuple[dict[str, dict[str, SpeedupCI]], SpeedupCI]:
+    out: dict[str, dict[str, SpeedupCI]] = {}
+    head_a: dict[str, list[float]] = {}
+    head_b: dict[str, list[float]] = {}
+    for cell in cells:
+        ma, mb = a.cell_metrics(cell), b.cell_metrics(cell)
+        per: dict[str, SpeedupCI] = {}
+        for metric, higher in HIGHER_IS_BETTER.items():
+            xa, xb = ma.get(metric, []), mb.get(metric, [])
+            if not xa or not xb:
+                continue
+            # For latencies, the ratio A/B is the speedup (lower is better).
+            per[metric] = speedup_ci(xa, xb, stats_cfg) if higher else speedup_ci(xb, xa, stats_cfg)
+        per["headline"] = per[headline_metric(cell)]
+        head_a[cell.label], head_b[cell.label] = ma[headline_metric(cell)], mb[headline_metric(cell)]
+        out[cell.label] = per
+    return out, overall_ci(head_a, head_b, stats_cfg)
+
+
+def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, bench: BenchmarkConfig,
+               stats_cfg: StatsConfig, parity: ParityConfig | None, work_dir: Path, cache_dir: Path,
+               progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None) -> ABResult:
+    """Both servers up at once, runs interleaved; parity of B checked against A first (fail fast)."""
+    cells = bench.cells()
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, Server] = {}
+        for build in (a, b):
+            progress(f"starting server for {build.tag}")
+            servers[build.tag] = stack.enter_context(serve(
+                backend, tree=build.tree, config=server, engine_args=build.engine_args,
+                log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir / build.tag))
+            progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
+        report = None
+        if parity is not None:
+            progress("parity: generating on both builds")
+            prompts = load_prompts(parity.prompts)
+            ref = generate(servers[a.tag].base_url, server.served_model_name, prompts, parity)
+            cand = generate(servers[b.tag].base_url, server.served_model_name, prompts, parity)
+            report = compare(ref, cand)
+            progress(report.summary())
+        ga = GridResult(build=a, startup_s=servers[a.tag].startup_s, evidence=servers[a.tag].evidence)
+        gb = GridResult(build=b, startup_s=servers[b.tag].startup_s, evidence=servers[b.tag].evidence)
+        jobs = _jobs(cells, [(a.tag, servers[a.tag]), (b.tag, servers[b.tag])], server.model, bench.repeats)
+        progress(f"benchmark: {len(jobs)} runs interleaved")
+        for run in run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
+                            check_alive=_alive_check(servers)):
+            (ga if run.job.tag == a.tag else gb).runs.append(run)
+    cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)
+    return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)

@@ -1,0 +1,186 @@
+"""Token parity: greedy token ids for held prompts, compared exactly against a recorded reference.
+
+Requests use temperature 0, a fixed seed, `ignore_eos` (every answer has the same length), vLLM's
+`return_token_ids`, and top-k logprobs keyed by token id. On a mismatch the report gives the first
+divergent position and the reference's top-1/top-2 logprob margin there: a margin near zero is a
+tie flip, a wide margin a real bug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+
+from harness.config import ParityConfig
+from harness.errors import ParityError
+
+__all__ = ["Prompt", "Generation", "PromptVerdict", "ParityReport", "load_prompts", "generate",
+           "compare", "save_reference", "load_reference", "tokens_digest"]
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Generation:
+    prompt_id: str
+    token_ids: tuple[int, ...]
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]   # per position, best first
+
+    def margin(self, position: int) -> float | None:
+        top = self.top_logprobs[position] if position < len(self.top_logprobs) else ()
+        return top[0][1] - top[1][1] if len(top) >= 2 else None
+
+
+@dataclass(frozen=True)
+class PromptVerdict:
+    prompt_id: str
+    match: bool
+    first_divergence: int | None
+    reference_token: int | None
+    candidate_token: int | None
+    reference_margin: float | None      # top-1 minus top-2 logprob in the reference at the divergence
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    verdicts: tuple[PromptVerdict, ...]
+    reference_digest: str
+    candidate_digest: str
+
+    @property
+    def ok(self) -> bool:
+        return all(v.match for v in self.verdicts) and self.reference_digest == self.candidate_digest
+
+    @property
+    def mismatches(self) -> list[PromptVerdict]:
+        return [v for v in self.verdicts if not v.match]
+
+    def summary(self) -> str:
+        bad = self.mismatches
+        if not bad:
+            return f"parity ok: {len(self.verdicts)}/{len(self.verdicts)} prompts identical"
+        worst = max(bad, key=lambda v: v.reference_margin or 0.0)
+        kind = "tie flip" if (worst.reference_margin or 0.0) < 0.1 else "real divergence"
+        return (f"parity broken: {len(bad)}/{len(self.verdicts)} prompts differ; e.g. {worst.prompt_id} at token "
+                f"{worst.first_divergence}: {worst.reference_token} -> {worst.candidate_token}, reference margin "
+                f"{worst.reference_margin if worst.reference_margin is not None else float('nan'):.3f} nats ({kind})")
+
+    def to_json(self) -> dict[str, object]:
+        return {"ok": self.ok, "reference_digest": self.reference_digest, "candidate_digest": self.candidate_digest,
+                "verdicts": [asdict(v) for v in self.verdicts]}
+
+
+def load_prompts(path: Path) -> list[Prompt]:
+    if not path.exists():
+        raise ParityError(f"parity prompts {path} not found; check parity.prompts in the spec")
+    prompts = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            ids = tuple(int(t) for t in obj["prompt_token_ids"])
+            prompts.append(Prompt(id=str(obj["id"]), token_ids=ids))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ParityError(f"{path}:{lineno}: expected {{\"id\", \"prompt_token_ids\"}}: {exc}") from exc
+    if not prompts:
+        raise ParityError(f"{path} holds no prompts")
+    return prompts
+
+
+def tokens_digest(generations: list[Generation]) -> str:
+    canon = json.dumps([[g.prompt_id, list(g.token_ids)] for g in sorted(generations, key=lambda g: g.prompt_id)],
+                       separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+def _parse_choice(prompt: Prompt, body: dict[str, object]) -> Generation:
+    try:
+        choice = body["choices"][0]  # type: ignore[index]
+        ids = tuple(int(t) for t in choice["token_ids"])
+        tops = []
+        for entry in choice["logprobs"]["top_logprobs"]:
+            ranked = sorted(((int(k.split(":", 1)[1]), float(v)) for k, v in entry.items()), key=lambda kv: -kv[1])
+            tops.append(tuple(ranked))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ParityError(f"server answer for prompt {prompt.id} lacks token_ids/logprobs: {exc}") from exc
+    return Generation(prompt_id=prompt.id, token_ids=ids, top_logprobs=tuple(tops))
+
+
+async def _generate_all(base_url: str, model: str, prompts: list[Prompt], config: ParityConfig,
+                        concurrency: int) -> list[Generation]:
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(client: httpx.AsyncClient, prompt: Prompt) -> Generation:
+        payload = {"model": model, "prompt": list(prompt.token_ids), "max_tokens": config.max_tokens,
+                   "temperature": 0.0, "seed": config.seed, "logprobs": config.top_logprobs,
+                   "ignore_eos": True, "return_token_ids": True, "return_tokens_as_token_ids": True}
+        async with limit:
+            response = await client.post(f"{base_url}/v1/completions", json=payload)
+        if response.status_code != 200:
+            raise ParityError(f"prompt {prompt.id}: server answered {response.status_code}: {response.text[:300]}")
+        return _parse_choice(prompt, response.json())
+
+    async with httpx.AsyncClient(timeout=config.request_timeout_s) as client:
+        return list(await asyncio.gather(*(one(client, p) for p in prompts)))
+
+
+def generate(base_url: str, model: str, prompts: list[Prompt], config: ParityConfig,
+             *, concurrency: int | None = None) -> list[Generation]:
+    """Greedy generations for all prompts; `concurrency=1` sends them one at a time (batch of 1)."""
+    return asyncio.run(_generate_all(base_url, model, prompts, config, concurrency or config.concurrency))
+
+
+def compare(reference: list[Generation], candidate: list[Generation]) -> ParityReport:
+    by_id = {g.prompt_id: g for g in candidate}
+    verdicts = []
+    for ref in reference:
+        cand = by_id.get(ref.prompt_id)
+        if cand is None:
+            verdicts.append(PromptVerdict(ref.prompt_id, False, 0, None, None, None))
+            continue
+        pos = next((i for i, (a, b) in enumerate(zip(ref.token_ids, cand.token_ids, strict=False)) if a != b), None)
+        if pos is None and len(ref.token_ids) != len(cand.token_ids):
+            pos = min(len(ref.token_ids), len(cand.token_ids))
+        if pos is None:
+            verdicts.append(PromptVerdict(ref.prompt_id, True, None, None, None, None))
+            continue
+        at = lambda ids, i: ids[i] if i < len(ids) else None  # noqa: E731
+        verdicts.append(PromptVerdict(ref.prompt_id, False, pos, at(ref.token_ids, pos), at(cand.token_ids, pos),
+                                      ref.margin(pos)))
+    return ParityReport(verdicts=tuple(verdicts), reference_digest=tokens_digest(reference),
+                        candidate_digest=tokens_digest([by_id[r.prompt_id] for r in reference if r.prompt_id in by_id]))
+
+
+def save_reference(path: Path, generations: list[Generation], *, prompts_path: Path, meta: dict[str, object]) -> None:
+    data = {"prompts_sha256": hashlib.sha256(prompts_path.read_bytes()).hexdigest(), "meta": meta,
+            "digest": tokens_digest(generations),
+            "generations": [{"id": g.prompt_id, "token_ids": list(g.token_ids),
+                             "top_logprobs": [[list(kv) for kv in pos] for pos in g.top_logprobs]}
+                            for g in generations]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def load_reference(path: Path, *, prompts_path: Path) -> list[Generation]:
+    try:
+        data = json.loads(path.read_text())
+        gens = [Generation(prompt_id=str(g["id"]), token_ids=tuple(g["token_ids"]),
+                           top_logprobs=tuple(tuple((int(t), float(lp)) for t, lp in pos) for pos in g["top_logprobs"]))
+                for g in data["generations"]]
+    except FileNotFoundError as exc:
+        raise ParityError(f"reference {path} not found; record one with `ratchet parity SPEC --record {path}`") from exc
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ParityError(f"{path} is not a parity reference: {exc}") from exc
+    if data.get("prompts_sha256") != hashlib.sha256(prompts_path.read_bytes()).hexdigest():
+        raise ParityError(f"{path} was recorded for different prompts than {prompts_path}; record it again")
+    return gens

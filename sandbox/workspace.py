@@ -1,0 +1,164 @@
+"""Git workspaces of the target: the installed vLLM package copied, `git init`-ed, and overlaid
+with PYTHONPATH. Git tracks the sources; compiled `.so` files are hardlinked in (≈435 MB that no
+patch may touch). Candidates are applied with `git apply --check` first and become commits on a
+campaign branch, or are reset away."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+import yaml
+
+from sandbox.errors import PatchRejected, WorkspaceError
+from sandbox.patches import check_patch_paths
+
+__all__ = ["Workspace", "installed_package_dir", "SERVING_FILE"]
+
+SERVING_FILE = "serving.yaml"
+_BINARY_SUFFIXES = (".so",)
+_GITIGNORE = "*.so\n__pycache__/\n*.pyc\n"
+_IDENTITY = {"user.name": "ratchet", "user.email": "ratchet@localhost"}
+
+
+def installed_package_dir(package: str = "vllm") -> Path:
+    """Where the pristine package lives, found without importing it (importing vLLM takes seconds)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise WorkspaceError(f"package {package!r} is not installed in {os.sys.prefix}; run ./setup.sh")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _is_binary(path: Path) -> bool:
+    return path.name.endswith(_BINARY_SUFFIXES)
+
+
+def _copy_tree(src: Path, dest: Path) -> None:
+    """Copy sources, hardlink binaries (fall back to copying across filesystems)."""
+
+    def copy(s: str, d: str) -> str:
+        if _is_binary(Path(s)):
+            try:
+                os.link(s, d)
+                return d
+            except OSError:
+                pass
+        return shutil.copy2(s, d)
+
+    shutil.copytree(src, dest, copy_function=copy, ignore=shutil.ignore_patterns("__pycache__"), symlinks=False)
+
+
+def _link_binaries(src: Path, dest: Path) -> None:
+    """Bring the untracked binaries into a checkout of the tracked sources (a git worktree)."""
+    for path in src.rglob("*"):
+        if path.is_file() and _is_binary(path):
+            target = dest / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.exists():
+                try:
+                    os.link(path, target)
+                except OSError:
+                    shutil.copy2(path, target)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    package: str = "vllm"
+
+    @property
+    def repo(self) -> git.Repo:
+        return git.Repo(self.root)
+
+    @classmethod
+    def create(cls, root: Path, *, serving: dict[str, object], package: str = "vllm",
+               source: Path | None = None, branch: str = "main") -> Workspace:
+        """Copy `source` (default: the installed package) to root/<package>, commit it as baseline."""
+        root = root.resolve()
+        if root.exists() and any(root.iterdir()):
+            raise WorkspaceError(f"{root} exists and is not empty; remove it or choose another --workspace")
+        src = (source or installed_package_dir(package)).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        _copy_tree(src, root / package)
+        (root / ".gitignore").write_text(_GITIGNORE)
+        (root / SERVING_FILE).write_text(yaml.safe_dump(serving, sort_keys=True))
+        repo = git.Repo.init(root, initial_branch=branch)
+        with repo.config_writer() as cw:
+            for key, value in _IDENTITY.items():
+                section, option = key.split(".")
+                cw.set_value(section, option, value)
+            cw.set_value("core", "symlinks", "false")
+        repo.git.add("--all")
+        repo.git.commit("-q", "-m", f"baseline: {package} from {src}")
+        return cls(root=root, package=package)
+
+    @classmethod
+    def open(cls, root: Path, package: str = "vllm") -> Workspace:
+        root = root.resolve()
+        if not (root / ".git").exists():
+            raise WorkspaceError(f"{root} is not a ratchet workspace (no .git); create it with `ratchet measure`")
+        return cls(root=root, package=package)
+
+    def head(self) -> str:
+        return self.repo.head.commit.hexsha
+
+    def tree_hash(self, ref: str = "HEAD") -> str:
+        return self.repo.git.rev_parse(f"{ref}^{{tree}}")
+
+    def resolve(self, ref: str) -> str:
+        try:
+            return self.repo.git.rev_parse("--verify", f"{ref}^{{commit}}")
+        except git.GitCommandError as exc:
+            raise WorkspaceError(f"unknown git ref {ref!r} in {self.root}") from exc
+
+    def serving_config(self, ref: str | None = None) -> dict[str, object]:
+        text = (self.root / SERVING_FILE).read_text() if ref is None else self.repo.git.show(f"{ref}:{SERVING_FILE}")
+        data = yaml.safe_load(text) or {}
+        if not isinstance(data, dict):
+            raise WorkspaceError(f"{SERVING_FILE} must be a mapping of engine args, got {type(data).__name__}")
+        return data
+
+    def is_clean(self) -> bool:
+        return not self.repo.is_dirty(untracked_files=True)
+
+    def apply_patch(self, diff: str) -> str:
+        """Check and apply a unified diff to the working tree; return the canonical `git diff`."""
+        check_patch_paths(diff)
+        if not self.is_clean():
+            raise WorkspaceError(f"{self.root} has uncommitted changes; reset it before applying a patch")
+        self._git_apply(diff, "--check")
+        self._git_apply(diff)
+        self.repo.git.add("--all")
+        return self.repo.git.diff("--cached", "--binary", "HEAD") + "\n"
+
+    def _git_apply(self, diff: str, *flags: str) -> None:
+        argv = ["git", "apply", "--whitespace=nowarn", *flags, "-"]
+        proc = subprocess.run(argv, cwd=self.root, input=diff.encode(), capture_output=True, timeout=60)
+        if proc.returncode != 0:
+            raise PatchRejected(f"git apply {' '.join(flags)} failed: {proc.stderr.decode(errors='replace').strip()}")
+
+    def commit(self, message: str) -> str:
+        self.repo.git.add("--all")
+        self.repo.git.commit("-q", "--allow-empty", "-m", message)
+        return self.head()
+
+    def reset(self, ref: str = "HEAD") -> None:
+        self.repo.git.reset("-q", "--hard", ref)
+        self.repo.git.clean("-q", "-fd")
+
+    def checkout_copy(self, ref: str, dest: Path) -> Path:
+        """A second tree at `ref` (git worktree, detached) with binaries linked: for A/B side by side."""
+        dest = dest.resolve()
+        if dest.exists():
+            self.repo.git.worktree("remove", "--force", str(dest))
+        self.repo.git.worktree("add", "-q", "--detach", str(dest), self.resolve(ref))
+        _link_binaries(self.root / self.package, dest / self.package)
+        return dest
+
+    def remove_copy(self, dest: Path) -> None:
+        self.repo.git.worktree("remove", "--force", str(dest.resolve()))

