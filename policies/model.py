@@ -42,7 +42,10 @@ class _Strict(BaseModel):
 
 def _check_regexes(values: list[str]) -> list[str]:
     for value in values:
-        re.compile(value)  # re.error becomes a ValidationError with the field path
+        try:
+            re.compile(value)
+        except re.error as error:  # not a ValueError: pydantic would not turn it into a field error
+            raise ValueError(f"regex {value!r} does not compile: {error}") from None
     return values
 
 
