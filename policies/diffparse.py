@@ -60,11 +60,11 @@ def _header_paths(line: str, line_no: int) -> list[str]:
     for marker in _PATH_HEADERS:
         if body.startswith(marker):
             return [body[len(marker) :]]
-    for marker in ("new file mode ", "deleted file mode "):
+    for marker, allowed in (("new file mode ", {"100644"}), ("deleted file mode ", _REGULAR_MODES)):
         if body.startswith(marker):
             mode = body[len(marker) :]
-            if mode not in _REGULAR_MODES:
-                raise PatchRejected(f"line {line_no}: file mode {mode} (symlink/submodule) is not allowed")
+            if mode not in allowed:
+                raise PatchRejected(f"line {line_no}: {marker}{mode} is not allowed (only regular files)")
             return []
     if body.startswith(("old mode ", "new mode ")):
         raise PatchRejected(f"line {line_no}: mode changes are not allowed ({body!r})")

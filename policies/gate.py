@@ -8,6 +8,7 @@ policies/gate_exec.py.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from functools import lru_cache
 
@@ -57,7 +58,8 @@ def decide_path(policy: Policy, raw: str, op: str, ledger: Ledger) -> Decision:
 
 def _content(policy: Policy, lines: Iterable[str], what: str) -> Decision | None:
     compiled = [(rule, re.compile(rule.pattern)) for rule in policy.content]
-    for number, line in enumerate(lines, 1):
+    for number, raw in enumerate(lines, 1):
+        line = unicodedata.normalize("NFKC", raw)  # Python folds identifiers with NFKC: so do we
         for rule, pattern in compiled:
             if pattern.search(line):
                 reason = rule.reason or f"matches content rule {rule.id}"

@@ -139,9 +139,11 @@ def _env_problem(policy: Policy, env: dict[str, str]) -> Decision | None:
 def _rule_matches(rule: CommandRule, argv: Sequence[str]) -> bool:
     if rule.argv0 != argv[0]:
         return False
+    rest = argv[1:]
+    if rule.effect != "deny" and any(re.fullmatch(p, arg) for p in rule.forbid_args for arg in rest):
+        return False
     if rule.args is None:
         return True
-    rest = argv[1:]
     if len(rest) < len(rule.args) or (len(rest) > len(rule.args) and not rule.allow_extra_args):
         return False
     return all(re.fullmatch(pattern, arg) is not None for pattern, arg in zip(rule.args, rest, strict=False))
@@ -160,10 +162,19 @@ def decide_command(policy: Policy, action: RunCommand, ledger: Ledger) -> Decisi
     return problem or _by_effect(policy.commands, action.argv, "command")
 
 
+def _flag_values(argv: Sequence[str], flag: str) -> list[str]:
+    values = [arg.split("=", 1)[1] for arg in argv if arg.startswith(flag + "=")]
+    values += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == flag]
+    return values + (["<missing>"] if argv and argv[-1] == flag else [])
+
+
 def decide_server(policy: Policy, action: StartServer, ledger: Ledger) -> Decision:
     problem = _argv_problem(action.argv) or _env_problem(policy, action.env)
     if problem:
         return problem
+    for flag, wanted in (("--host", action.host), ("--port", str(action.port))):
+        if any(value != wanted for value in _flag_values(action.argv, flag)):
+            return _deny("builtin-server", f"argv sets {flag} to something other than the action's {wanted}")
     rules: list[ServerRule] = [
         rule for rule in policy.servers if rule.host == action.host and action.port in rule.ports
     ]

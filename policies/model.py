@@ -89,12 +89,18 @@ class CommandRule(_Strict):
     argv0: str = Field(min_length=1)
     args: list[str] | None = None  # None: any arguments
     allow_extra_args: bool = False  # argv longer than `args` is allowed when True
-    reason: str = ""
+    forbid_args: list[str] = Field(default_factory=list)  # regexes: any argv[1:] full-matching one
+    reason: str = ""  # ... makes an allow/ask rule not match (e.g. git --output=..., -c ...)
 
     @field_validator("args")
     @classmethod
     def _args_compile(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else _check_regexes(value)
+
+    @field_validator("forbid_args")
+    @classmethod
+    def _forbid_compile(cls, value: list[str]) -> list[str]:
+        return _check_regexes(value)
 
 
 class ServerRule(CommandRule):

@@ -156,3 +156,40 @@ def test_a_resource_without_a_budget_is_denied(check: Decider) -> None:
     strict = load_policy(Path(__file__).resolve().parents[2] / "policies" / "strict.yaml")
     decision = check({"kind": "spend", "resource": "gpu_minutes", "amount": 1.0}, policy=strict)
     assert (decision.verdict, decision.rule) == ("deny", "default-deny")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["git", "diff", "--output=tests/test_x.py"],
+        ["git", "-c", "core.pager=sh", "log"],
+        ["git", "log", "--ext-diff"],
+        ["git", "apply", "--check", "--unsafe-paths", "p.diff"],
+        ["git", "apply", "--check", "--index", "p.diff"],
+    ],
+)
+def test_allowed_programs_with_writing_or_code_running_flags_are_denied(
+    check: Decider, argv: list[str]
+) -> None:
+    assert check(_run(argv)).verdict == "deny"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--trust-remote-code"],
+        ["--worker-extension-cls=evil.Worker"],
+        ["--port", "9000"],
+        ["--port=9000"],
+        ["--host", "0.0.0.0"],
+        ["--port"],
+    ],
+)
+def test_server_flags_that_load_code_or_move_the_port_are_denied(check: Decider, extra: list[str]) -> None:
+    action = {"kind": "start_server", "argv": ["vllm", "serve", "m", *extra], "port": 8000}
+    assert check(action).verdict == "deny"
+
+
+def test_server_flags_matching_the_action_are_allowed(check: Decider) -> None:
+    argv = ["vllm", "serve", "m", "--port", "8000", "--host=127.0.0.1", "--max-num-seqs", "64"]
+    assert check({"kind": "start_server", "argv": argv, "port": 8000}).verdict == "allow"

@@ -172,3 +172,24 @@ def test_a_new_file_and_a_serving_config_change_are_allowed(check: Decider) -> N
     )
     decision = _patch(check, text)
     assert decision.verdict == "allow", decision.reason
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "t = time.ｐｅｒｆ_counter()",  # fullwidth letters: Python reads this as perf_counter (NFKC)
+        "f = getattr(time, 'perf_' + 'counter')",
+        "import time as clock",
+    ],
+)
+def test_obfuscated_timer_access_is_denied(check: Decider, diff: Callable[..., str], line: str) -> None:
+    assert _patch(check, diff(GEMMA, [line])).verdict == "deny"
+
+
+def test_a_new_executable_file_is_denied(check: Decider) -> None:
+    text = (
+        "diff --git a/vllm/model_executor/layers/run.py b/vllm/model_executor/layers/run.py\n"
+        "new file mode 100755\n--- /dev/null\n+++ b/vllm/model_executor/layers/run.py\n"
+        "@@ -0,0 +1 @@\n+x = 1\n"
+    )
+    assert (_patch(check, text).verdict, _patch(check, text).rule) == ("deny", "builtin-patch")
