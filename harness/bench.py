@@ -104,8 +104,11 @@ def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
         result = BenchResult.model_validate(raw)
     except FileNotFoundError as exc:
         raise MalformedBenchResult(f"benchmark wrote no result at {path}; see the client log beside it") from exc
-    except (json.JSONDecodeError, ValidationError) as exc:
-        raise MalformedBenchResult(f"{path} is not a valid vllm bench result: {exc}".splitlines()[0]) from exc
+    except json.JSONDecodeError as exc:
+        raise MalformedBenchResult(f"{path} is not JSON ({exc}); the client was probably killed mid-write") from exc
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise MalformedBenchResult(f"{path} is not a vllm bench result: {problems}") from exc
     if result.failed or result.completed != num_prompts:
         raise BenchmarkFailed(
             f"{job.tag} {job.cell.label}: {result.failed} of {num_prompts} requests failed "

@@ -19,8 +19,9 @@ from sandbox.workspace import Workspace
 __all__ = ["console", "err_console", "cli_errors", "open_spec", "ensure_workspace", "make_backend",
            "EXIT_USAGE", "EXIT_HARNESS"]
 
-console = Console()
-err_console = Console(stderr=True)
+# Wide when piped (CI logs, files): rich's 80-column default truncates the grid tables.
+console = Console(width=None if sys.stdout.isatty() else 180)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 180)
 EXIT_USAGE = 2       # bad spec, bad arguments, missing files
 EXIT_HARNESS = 3     # the measurement could not be completed (server, benchmark, sandbox)
 

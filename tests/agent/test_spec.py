@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+MINIMAL = """
+schema_version: 1
+name: t
+server: {model: m}
+benchmark: {input_lens: [8], output_lens: [4]}
+parity: {prompts: p.jsonl}
+"""
+
+
+@pytest.mark.parametrize("name", ["gemma4-tiny-cpu.yaml", "gemma4-e2b-gpu.yaml"])
+def test_bundled_specs_validate(name: str) -> None:
+    spec = load_spec(ROOT / "experiments" / name)
+    assert spec.server.model.is_absolute() and spec.parity.prompts.is_absolute()
+
+
+def test_the_seed_grid_is_in_the_gpu_spec() -> None:
+    spec = load_spec(ROOT / "experiments" / "gemma4-e2b-gpu.yaml")
+    labels = {c.label for c in spec.benchmark.cells()}
+    assert {"in512/out128", "in2048/out256", "in8192/out128", "in8192/out1"} <= labels
+
+
+def test_relative_paths_are_relative_to_the_spec_file(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL)
+    spec = load_spec(tmp_path / "s.yaml")
+    assert spec.server.model == tmp_path / "m" and spec.parity.prompts == tmp_path / "p.jsonl"
+
+
+def test_an_unknown_key_is_named_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL.replace("input_lens", "input_lenz"))
+    with pytest.raises(SpecError) as err:
+        load_spec(tmp_path / "s.yaml")
+    assert "benchmark.input_lenz: unknown key" in str(err.value)
+    assert "benchmark.input_lens: Field required" in str(err.value)
+
+
+def test_a_bad_value_is_named_with_its_path(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL.replace("[8]", "[8, -1]"))
+    with pytest.raises(SpecError, match=r"benchmark\.input_lens\.1: Input should be greater than 0"):
+        load_spec(tmp_path / "s.yaml")
+
+
+def test_missing_and_non_yaml_files_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not found"):
+        load_spec(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [1,\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(tmp_path / "bad.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(SpecError, match="mapping"):
+        load_spec(tmp_path / "list.yaml")
+
+
+def test_the_guard_may_not_exceed_the_threshold(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL + "stats: {accept_lower_bound: 1.0, cell_guard: 1.0}\n"
+                                     .replace("1.0, cell_guard: 1.0", "0.9, cell_guard: 0.95"))
+    with pytest.raises(SpecError, match="cell_guard"):
+        load_spec(tmp_path / "s.yaml")

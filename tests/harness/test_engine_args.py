@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+
+from harness.engine_args import check_env, engine_argv
+from harness.errors import EngineArgRejected
+
+
+def test_allowed_args_become_flags_in_a_stable_order() -> None:
+    argv = engine_argv({"max_num_seqs": 8, "enforce_eager": True, "enable_chunked_prefill": False})
+    assert argv == ["--enable-chunked-prefill", "--no-enable-chunked-prefill"][1:] + [
+        "--enforce-eager", "--max-num-seqs", "8"]
+
+
+@pytest.mark.parametrize("key", ["model", "port", "enable_prefix_caching", "trust_remote_code", "seed"])
+def test_fixed_args_cannot_be_set_by_a_candidate(key: str) -> None:
+    with pytest.raises(EngineArgRejected, match="fixed by the harness"):
+        engine_argv({key: "x"})
+
+
+@pytest.mark.parametrize("args", [
+    {"not_an_arg": 1},
+    {"max_num_seqs": True},          # bool where an int is expected
+    {"enforce_eager": 1},            # int where a bool is expected
+    {"dtype": "--trust-remote-code"},  # value smuggling a flag
+    {"load_format": "runai_streamer"},
+])
+def test_bad_engine_args_are_rejected(args: dict[str, object]) -> None:
+    with pytest.raises(EngineArgRejected):
+        engine_argv(args)
+
+
+@pytest.mark.parametrize("key", ["LD_PRELOAD", "PYTHONPATH", "PYTHONSTARTUP", "HOME"])
+def test_server_env_outside_the_allowlist_is_rejected(key: str) -> None:
+    with pytest.raises(EngineArgRejected):
+        check_env({key: "x"})

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ParityError
+from harness.parity import Generation, compare, load_prompts, load_reference, save_reference
+
+
+def _gen(pid: str, ids: list[int], margin: float = 2.0) -> Generation:
+    return Generation(prompt_id=pid, token_ids=tuple(ids),
+                      top_logprobs=tuple(((t, -0.1), (t + 1, -0.1 - margin)) for t in ids))
+
+
+def test_identical_generations_are_parity() -> None:
+    ref = [_gen("a", [1, 2, 3]), _gen("b", [4, 5])]
+    report = compare(ref, list(reversed(ref)))
+    assert report.ok and "2/2" in report.summary()
+
+
+def test_a_divergence_reports_position_tokens_and_reference_margin() -> None:
+    report = compare([_gen("a", [1, 2, 3], margin=1.5)], [_gen("a", [1, 9, 3])])
+    assert not report.ok
+    (v,) = report.mismatches
+    assert (v.first_divergence, v.reference_token, v.candidate_token) == (1, 2, 9)
+    assert v.reference_margin == pytest.approx(1.5)
+    assert "real divergence" in report.summary()
+
+
+def test_a_tie_flip_is_named_as_such() -> None:
+    report = compare([_gen("a", [1, 2], margin=0.01)], [_gen("a", [1, 7])])
+    assert "tie flip" in report.summary()
+
+
+def test_missing_and_shorter_generations_are_mismatches() -> None:
+    report = compare([_gen("a", [1, 2]), _gen("b", [3, 4])], [_gen("a", [1])])
+    assert {v.prompt_id: v.first_divergence for v in report.mismatches} == {"a": 1, "b": 0}
+
+
+def test_a_reference_is_bound_to_its_prompt_file(tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt_token_ids": [1, 2]}\n')
+    save_reference(tmp_path / "ref.json", [_gen("a", [5])], prompts_path=prompts, meta={})
+    assert load_reference(tmp_path / "ref.json", prompts_path=prompts)[0].token_ids == (5,)
+    prompts.write_text('{"id": "a", "prompt_token_ids": [1, 3]}\n')
+    with pytest.raises(ParityError, match="different prompts"):
+        load_reference(tmp_path / "ref.json", prompts_path=prompts)
+
+
+@pytest.mark.parametrize("line", ['{"id": "a"}', "not json", '{"id": "a", "prompt_token_ids": ["x"]}'])
+def test_bad_prompt_lines_name_the_line(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(ParityError, match="p.jsonl:1"):
+        load_prompts(path)
