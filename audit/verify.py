@@ -9,6 +9,7 @@ outside the sandbox); pass it as `anchor`, or pass the final seq a reviewer know
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
 from audit.base import KIND_CHECKPOINT, KIND_RECOVERY, Anchor, Redecide, VerifyResult
-from audit.blobs import check_blob
+from audit.blobs import blob_path, check_blob
 from audit.canon import genesis, parse_line, sha256_hex
 from audit.errors import AuditKeyError
 from audit.keys import PUBKEY_NAME, key_id, load_public_key, read_anchor, signed_message, verify_signature
@@ -90,9 +91,12 @@ def _check_record(directory: Path, raw: bytes, index: int, campaign: str | None)
     return record
 
 
-def _redecide(redecide: Redecide, raw: bytes, record: LogRecord) -> None:
+def _redecide(directory: Path, redecide: Redecide, raw: bytes, record: LogRecord) -> None:
+    obj = parse_line(raw[:-1])
+    if record.payload_sha256 is not None:  # already checked against its digest
+        obj["payload"] = json.loads(blob_path(directory, record.payload_sha256).read_bytes())
     try:
-        again = redecide(parse_line(raw[:-1]))
+        again = redecide(obj)
     except Exception as error:  # noqa: BLE001 - the callback's failure is the finding
         raise _Bad(record.seq, f"re-decision failed: {error}") from None
     if again is not None and again != record.decision:
@@ -145,7 +149,7 @@ def _walk(
         elif record.kind == KIND_RECOVERY:
             _check_recovery(directory, record)
         if redecide is not None:
-            _redecide(redecide, raw, record)
+            _redecide(directory, redecide, raw, record)
         hashes.append(sha256_hex(raw))
     if record is None or campaign is None:
         raise _Bad(None, f"{directory / LOG_NAME} holds no records")

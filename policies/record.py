@@ -76,13 +76,16 @@ def ledger_from_snapshot(snapshot: Mapping[str, Any]) -> Ledger:
 
 def redecider(policies: Iterable[Policy]) -> Callable[[Mapping[str, Any]], str | None]:
     """A `redecide(record)` callback for audit.verify: None for records that carry no decision;
-    raises LookupError when the record's policy hash matches none of `policies` (a forged policy)."""
+    raises LookupError when the record's policy hash matches none of `policies` (a forged policy)
+    or when a decision record carries no action to re-decide."""
     by_hash = {policy_sha256(policy): policy for policy in policies}
 
     def redecide(record: Mapping[str, Any]) -> str | None:
-        payload = record.get("payload")
-        if "decision" not in record or not isinstance(payload, Mapping) or "action" not in payload:
+        if "decision" not in record:
             return None
+        payload = record.get("payload")
+        if not isinstance(payload, Mapping) or "action" not in payload:
+            raise LookupError("a decision record without an action payload cannot be re-decided")
         recorded = record.get("policy_sha256")
         policy = by_hash.get(str(recorded))
         if policy is None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from audit import AuditWriter, verify
-from policies import load_policy, policy_sha256, redecider
+from policies import Ledger, action_payload, decide, load_policy, parse_action, policy_sha256, redecider
 
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
 Tools = dict[str, Callable[..., Any]]
@@ -212,3 +212,37 @@ def test_a_removed_torn_file_is_detected(setup: Any) -> None:
     (setup.dir / "log.jsonl.torn-0").unlink()
     result = verify(setup.dir)
     assert not result.ok and "torn tail" in result.reason
+
+
+def test_a_decision_whose_action_was_stripped_is_detected(campaign: Any, tools: Tools) -> None:
+    records = tools["records"](campaign.dir)
+    seq = _first_deny(records)
+    records[seq]["payload"] = {"reason": "nothing to see"}
+    tools["rewrite"](campaign.dir, records, key_path=campaign.key)
+    result = verify(campaign.dir, pubkey=campaign.key, redecide=_redecide())
+    assert (result.ok, result.bad_seq) == (False, seq) and "cannot be re-decided" in result.reason
+
+
+def test_a_large_decision_payload_in_a_blob_is_re_decided(setup: Any) -> None:
+    policy = load_policy(POLICY_DIR / "default.yaml")
+    gemma = "vllm/model_executor/models/gemma4.py"
+    body = "".join(f"+x{i} = {i}\n" for i in range(8000))
+    diff = f"diff --git a/{gemma} b/{gemma}\n--- a/{gemma}\n+++ b/{gemma}\n@@ -1 +1,8001 @@\n x\n{body}"
+    action = parse_action({"kind": "patch", "diff": diff})
+    decision = decide(policy, action, Ledger())
+    assert decision.verdict == "allow"
+    with AuditWriter.open(setup.dir, campaign="c1", key_path=setup.key, anchor_dir=setup.anchors) as log:
+        log.append(
+            "action",
+            payload=action_payload(action, Ledger(), decision=decision),
+            decision="deny",
+            rule=decision.rule,
+            policy_sha256=policy_sha256(policy),
+        )
+    assert json.loads(tools_lines(setup.dir)[1]).get("payload_sha256")
+    result = verify(setup.dir, redecide=_redecide())
+    assert (result.ok, result.bad_seq) == (False, 1) and "policy decides 'allow'" in result.reason
+
+
+def tools_lines(directory: Path) -> list[bytes]:
+    return (directory / "log.jsonl").read_bytes().splitlines()

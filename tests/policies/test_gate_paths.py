@@ -161,3 +161,17 @@ def test_written_content_is_checked_like_added_lines(check: Decider) -> None:
     )
     assert decision.verdict == "deny"
     assert decision.rule in {"timer-import", "timer-perf-counter"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "vllm/model_executor/layers/__pycache__/layernorm.cpython-311.pyc",
+        "vllm/model_executor/layers/layernorm.pyc",
+        "vllm/model_executor/layers/layernorm.so",
+        "vllm/v1/attention/backends/flash_attn.cpython-311-x86_64-linux-gnu.so",
+    ],
+)
+def test_compiled_modules_that_shadow_sources_are_denied(check: Decider, path: str) -> None:
+    decision = check({"kind": "write_file", "path": path})
+    assert (decision.verdict, decision.rule) == ("deny", "deny-compiled-code")
