@@ -45,7 +45,9 @@ def show(directory: Path, *, console: Console | None = None, last: int | None = 
         records = records[-last:]
     table = Table(title=f"audit log {directory}", show_lines=False, expand=True)
     for column in ("seq", "time", "it", "kind", "decision", "rule", "what"):
-        table.add_column(column, overflow="fold", no_wrap=column in ("seq", "time", "it"))
+        table.add_column(
+            column, overflow="fold", no_wrap=column != "what", ratio=4 if column == "what" else None
+        )
     for record in records:
         decision = str(record.get("decision") or "")
         kind = str(record.get("kind"))

@@ -40,8 +40,8 @@ def _path_rules(policy: Policy, rel: str, op: str) -> Decision:
                 continue
             fold = effect != "allow"  # deny and ask match case-insensitively: they must not be dodged
             if _spec(tuple(rule.globs), fold).match_file(rel.casefold() if fold else rel):
-                reason = rule.reason or f"{op} {rel} matches {rule.effect} rule {rule.id}"
-                return Decision(rule.effect, rule.id, reason)
+                why = rule.reason or f"matches {rule.effect} rule {rule.id}"
+                return Decision(rule.effect, rule.id, f"{op} {rel}: {why}")
     return Decision("deny", DEFAULT_DENY, f"no rule allows {op} of {rel}")
 
 
