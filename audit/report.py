@@ -107,15 +107,19 @@ def _status(result: VerifyResult) -> str:
     return f"VERIFICATION FAILED at seq {result.bad_seq}: {result.reason}"
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
 def _rows(summary: Summary) -> list[list[str]]:
     return [
         [
             str(i),
             "yes" if r.accepted else "no",
             "ok" if r.parity_ok else "FAIL",
-            f"{r.throughput_tok_s}",
-            f"{r.speedup}",
-            f"[{r.ci_low}, {r.ci_high}]",
+            _num(r.throughput_tok_s),
+            _num(r.speedup),
+            f"[{_num(r.ci_low)}, {_num(r.ci_high)}]",
             r.commit or "",
             r.reason,
         ]
