@@ -136,6 +136,15 @@ class Workspace:
         self.repo.git.add("--all")
         return self.repo.git.diff("--cached", "--binary", "HEAD") + "\n"
 
+    def apply_search_replace(self, blocks: str) -> str:
+        """Apply SEARCH/REPLACE blocks (see sandbox/search_replace.py) through `apply_patch`; return the
+        canonical `git diff` of what was applied."""
+        from sandbox.search_replace import blocks_to_diff
+
+        if not self.is_clean():
+            raise WorkspaceError(f"{self.root} has uncommitted changes; reset it before applying a patch")
+        return self.apply_patch(blocks_to_diff(self.root, blocks))
+
     def _git_apply(self, diff: str, *flags: str) -> None:
         argv = ["git", "apply", "--whitespace=nowarn", *flags, "-"]
         proc = subprocess.run(argv, cwd=self.root, input=diff.encode(), capture_output=True, timeout=60)
