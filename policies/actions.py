@@ -103,5 +103,6 @@ def action_json(action: Action) -> dict[str, Any]:
 
 
 def action_digest(action: Action) -> str:
-    """sha256 over the canonical JSON of the validated action: what an approvals file lists."""
-    return hashlib.sha256(rfc8785.dumps(action_json(action))).hexdigest()
+    """sha256 over the canonical JSON of the validated action without its `id`: what an approvals
+    file lists (the same action approved once is approved whatever id the loop gives it)."""
+    return hashlib.sha256(rfc8785.dumps(action.model_dump(mode="json", exclude={"id"}))).hexdigest()

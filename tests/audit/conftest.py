@@ -124,6 +124,12 @@ def rewrite(directory: Path, records: list[dict[str, Any]], *, key_path: Path) -
     (directory / PUBKEY_NAME).write_bytes(public_pem(key.public_key()))
 
 
+@pytest.fixture(autouse=True)
+def _hermetic_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never touch ~/.config/ratchet: the default key and anchors live under tmp_path."""
+    monkeypatch.setenv("RATCHET_AUDIT_KEY", str(tmp_path / "default-home" / "audit-key.ed25519"))
+
+
 @pytest.fixture
 def setup(tmp_path: Path) -> LogSetup:
     return LogSetup(

@@ -107,3 +107,10 @@ def test_a_malformed_approvals_file_is_an_error(tmp_path: Path) -> None:
     path.write_text("schema_version: 1\napproved: [{digest: nothex}]\n")
     with pytest.raises(ApprovalsError, match="approved.0.digest"):
         load_approvals(path)
+
+
+def test_the_digest_ignores_the_action_id_but_not_its_content() -> None:
+    first = parse_action('{"kind": "network", "host": "huggingface.co", "port": 443, "id": "it1.a3"}')
+    second = parse_action('{"kind": "network", "host": "huggingface.co", "port": 443, "id": "it9.a1"}')
+    third = parse_action('{"kind": "network", "host": "huggingface.co", "port": 80}')
+    assert action_digest(first) == action_digest(second) != action_digest(third)
