@@ -193,3 +193,17 @@ def test_a_new_executable_file_is_denied(check: Decider) -> None:
         "@@ -0,0 +1 @@\n+x = 1\n"
     )
     assert (_patch(check, text).verdict, _patch(check, text).rule) == ("deny", "builtin-patch")
+
+
+def test_a_difflib_diff_like_the_sandbox_makes_from_search_replace_is_decided(check: Decider) -> None:
+    import difflib
+
+    old = ["import torch\n", "\n", "def rms(x):\n", "    return x / x.norm()\n"]
+    new = ["import torch\n", "\n", "def rms(x):\n", "    return x * torch.rsqrt((x * x).mean() + 1e-6)\n"]
+    good = "".join(difflib.unified_diff(old, new, f"a/{LAYER}", f"b/{LAYER}", n=3))
+    assert _patch(check, good).verdict == "allow"
+    timer = [*new, "import time\n"]
+    bad = "".join(difflib.unified_diff(old, timer, f"a/{LAYER}", f"b/{LAYER}", n=3))
+    assert (_patch(check, bad).verdict, _patch(check, bad).rule) == ("deny", "timer-import")
+    created = "".join(difflib.unified_diff([], new, "/dev/null", "b/tests/test_rms.py", n=3))
+    assert (_patch(check, created).verdict, _patch(check, created).rule) == ("deny", "deny-tests")
