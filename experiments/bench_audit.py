@@ -176,6 +176,7 @@ def main() -> int:
                 "platform": platform.platform(),
                 "python": platform.python_version(),
                 "cpus": os.cpu_count(),
+                "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
                 "scratch_dir": str(root),
             },
             "decide": bench_decide(args.decisions),
