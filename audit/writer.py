@@ -139,7 +139,9 @@ class AuditWriter:
             raise AuditError(f"campaign id {campaign!r} must match {CAMPAIGN_ID}")
         key_path = key_path or default_key_path()
         key = load_or_create_key(key_path)
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            directory.mkdir(parents=True)
+            fsync_dir(directory.parent)  # the new directory's entry is durable too
         lock_fd = _lock(directory)
         try:
             _install_pubkey(directory, public_pem(key.public_key()))
