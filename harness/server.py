@@ -149,7 +149,9 @@ def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: di
         startup_s = _wait_healthy(running, log_path, config.startup_timeout_s)
         evidence = _read_evidence(log_path)
         loaded = Path(str(evidence.get("vllm_file", ""))).resolve()
-        if not loaded.is_relative_to(tree.resolve()):
+        # A container sees the tree at its own mount point (docker: describe()["workspace_target"]).
+        root = Path(str(running.describe().get("workspace_target") or tree.resolve()))
+        if not loaded.is_relative_to(root):
             raise WrongTreeLoaded(f"server imported vLLM from {loaded or '?'}, not from {tree}; check the overlay")
         evidence["host_gemma4_sha256"] = tree_digest(tree)
         evidence["isolation"] = running.isolation

@@ -40,7 +40,7 @@ SANDBOX_USER = "10001:10001"
 DEFAULT_IMAGE_PYTHON = "/opt/ratchet/venv/bin/python"
 _IMAGE_PYTHON_LABEL = "ratchet.python"
 _STOP_GRACE_S = 10
-_RESERVED_TARGETS = ("/tmp", SANDBOX_HOME, WORKSPACE_TARGET, "/proc", "/sys", "/dev", "/etc")
+_RESERVED_TARGETS = (WORKSPACE_TARGET, "/proc", "/sys", "/dev", "/etc", "/opt/ratchet")
 
 _ENV_EXACT = frozenset({"HOME", "PATH", "LANG", "LC_ALL", "TZ", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
                         "PYTHONHASHSEED", "DO_NOT_TRACK", "TMPDIR"})
@@ -111,9 +111,11 @@ def container_args(launch: Launch, *, image: str, image_python: str, network: st
         target = PurePosixPath(m.target)
         if not target.is_absolute() or ".." in target.parts:
             raise LaunchFailed(f"mount target {m.target!r} must be an absolute, normalised container path")
-        if any(target == PurePosixPath(r) or target.is_relative_to(r) or PurePosixPath(r).is_relative_to(target)
-               for r in _RESERVED_TARGETS):
-            raise LaunchFailed(f"mount target {m.target!r} overlaps a sandbox path ({', '.join(_RESERVED_TARGETS)})")
+        # Nested under the /tmp or HOME tmpfs is fine (docker mounts parents first); hiding one is not.
+        if any(PurePosixPath(r).is_relative_to(target) for r in (*_RESERVED_TARGETS, "/tmp", SANDBOX_HOME)) or \
+                any(target.is_relative_to(r) for r in _RESERVED_TARGETS):
+            raise LaunchFailed(f"mount target {m.target!r} overlaps a sandbox path "
+                               f"({', '.join(_RESERVED_TARGETS)}, /tmp, {SANDBOX_HOME})")
         if not m.read_only:
             raise LaunchFailed(f"mount {m.source} -> {m.target} asks for write access; the docker sandbox "
                                f"mounts everything read-only")
@@ -130,7 +132,8 @@ def container_args(launch: Launch, *, image: str, image_python: str, network: st
         "network": network,
         "mounts": mounts,
         "read_only": True,
-        "tmpfs": {"/tmp": "rw,nosuid,nodev,mode=1777,size=2g", SANDBOX_HOME: "rw,nosuid,nodev,mode=1777,size=2g"},
+        # exec: torch.compile loads the C++ it builds from here; the candidate runs arbitrary Python anyway.
+        "tmpfs": {"/tmp": "rw,exec,nosuid,nodev,size=2g", SANDBOX_HOME: "rw,exec,nosuid,nodev,size=2g"},
         "working_dir": "/tmp",
         "user": SANDBOX_USER,
         "cap_drop": ["ALL"],
@@ -138,6 +141,7 @@ def container_args(launch: Launch, *, image: str, image_python: str, network: st
         "ipc_mode": "private",
         "shm_size": "1g",
         "sysctls": {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"},
+        "init": True,                    # docker-init as PID 1: signals reach the server, zombies are reaped
         "stdin_open": False,
         "tty": False,
     }

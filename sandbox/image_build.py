@@ -32,7 +32,7 @@ from sandbox.errors import BackendUnavailable, SandboxError
 
 __all__ = ["BuildResult", "BuildPlan", "plan_build", "build_image", "find_image", "DEFAULT_TAG", "DEFAULT_CACHE"]
 
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 DEFAULT_TAG = "ratchet-sandbox:cpu"
 DEFAULT_CACHE = Path(os.environ.get("RATCHET_SANDBOX_CACHE", "/var/cache/ratchet/sandbox"))
 SUITE = "bookworm"
@@ -183,8 +183,10 @@ def _stage(plan: BuildPlan, base: Path, stage: Path, progress: Progress) -> None
     # The pyenv interpreter's RUNPATH names the host path; the loader cache finds libpython here instead.
     _write_new(etc / "ld.so.conf.d" / "ratchet-python.conf", f"{IMAGE_PYTHON_HOME}/lib\n")
     _run(["ldconfig", "-r", str(stage)], timeout=300, what="ldconfig in the image root")
-    for mount_point in ("workspace", "home/sandbox"):
-        (stage / mount_point).mkdir(parents=True, exist_ok=True)
+    # Mount points: docker gives a tmpfs the mode of the directory it covers, so HOME must be writable here.
+    (stage / "workspace").mkdir(exist_ok=True)
+    (stage / "home" / "sandbox").mkdir(parents=True, exist_ok=True)
+    (stage / "home" / "sandbox").chmod(0o1777)
 
 
 def _tar_chunks(stage: Path, total: int, progress: Progress) -> Iterator[bytes]:
