@@ -18,8 +18,10 @@ unreachable from the host, so it is rewritten to 0.0.0.0 (only the launch's own 
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import stat
 import subprocess
 import sys
 import threading
@@ -31,7 +33,7 @@ from sandbox.base import Launch, Limits
 from sandbox.errors import BackendUnavailable, LaunchFailed
 
 __all__ = ["DockerBackend", "DockerRunning", "container_args", "check_env", "LABEL", "WORKSPACE_TARGET",
-           "SANDBOX_HOME", "DEFAULT_IMAGE_PYTHON", "connect", "leftover_containers"]
+           "SANDBOX_HOME", "DEFAULT_IMAGE_PYTHON", "connect", "leftover_containers", "check_readable"]
 
 LABEL = "ratchet.sandbox"                    # every container and network we create carries it
 WORKSPACE_TARGET = "/workspace"
@@ -156,6 +158,34 @@ def container_args(launch: Launch, *, image: str, image_python: str, network: st
         kwargs["device_requests"] = [docker.types.DeviceRequest(
             driver="nvidia", count=limits.gpus, capabilities=[["gpu"]])]
     return kwargs
+
+
+def _unreadable(root: Path) -> Path | None:
+    """The first file or folder under `root` that the sandbox user (not owner, not group) cannot read."""
+    if os.stat(root).st_mode & 0o005 != 0o005:
+        return root
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath) / name
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                continue
+            need = 0o005 if stat.S_ISDIR(mode) else 0o004
+            if mode & need != need:
+                return path
+    return None
+
+
+def check_readable(launch: Launch) -> None:
+    """The container runs as uid 10001: everything it mounts must be world-readable (safetensors files
+    are often written 0600). Fails early with the chmod that fixes it."""
+    for root in (launch.workspace, *(Path(m.source) for m in launch.mounts)):
+        bad = _unreadable(Path(root))
+        if bad is not None:
+            raise LaunchFailed(f"{bad} is not readable by the sandbox user (uid {SANDBOX_USER.split(':')[0]}); "
+                               f"run `chmod -R a+rX {root}`")
 
 
 def _firewall(action: str, bridge: str, tag: str) -> None:
@@ -311,6 +341,7 @@ class DockerBackend:
 
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         image_id, image_python = self.image_python()
+        check_readable(launch)
         launch_id = secrets.token_hex(4)
         slug = re.sub(r"[^a-zA-Z0-9_.-]", "-", launch.name)[:40] or "launch"
         name = f"ratchet-{slug}-{launch_id}"
