@@ -1,0 +1,155 @@
+"""What the LLM proposer says to its model: the system prompt and the rendering of `CampaignState`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from agent.base import CampaignState, HistoryEntry
+
+__all__ = ["system_prompt", "render_state", "render_metrics", "render_serving", "NUDGE"]
+
+# Columns shown first when present (harness.measure.GridResult.table rows); others follow up to a cap.
+_PREFERRED = (
+    "output_throughput",
+    "total_token_throughput",
+    "request_throughput",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "cv_headline",
+)
+_MAX_COLUMNS = 7
+_MAX_PROFILE_CHARS = 6_000
+_MAX_HISTORY = 30
+
+NUDGE = (
+    "Reply with a tool call, not plain text: look around (list_files, read_file, search, view_metrics, "
+    "view_profile), then propose_patch and submit; or call give_up(reason) if you see no worthwhile change."
+)
+
+
+def system_prompt(state: CampaignState, *, max_turns: int) -> str:
+    allowed = (
+        "\n".join(f"  - {glob}" for glob in state.allowed_paths) or "  - (none listed: ask by proposing)"
+    )
+    return f"""You are a performance engineer in an automated, audited optimisation campaign.
+
+MISSION
+Raise the serving throughput of vLLM's Gemma 4 path on this target machine (the model code
+vllm/model_executor/models/gemma4.py and what it calls: attention backends, Triton kernels, per-layer
+embeddings (PLE), layers) and of its serving configuration, while the greedy output token ids stay EXACTLY
+identical. Every patch is verified: first exact token parity on held-out prompts (one flipped token rejects
+it), then an interleaved A/B benchmark against the incumbent; only a clear speedup is kept.
+
+RULES
+- You may only change files matching these globs (anything else is denied by the policy gate):
+{allowed}
+- serving.yaml at the workspace root holds the engine arguments (a YAML mapping of vLLM engine args);
+  change it with a patch like any other file.
+- Never touch timers, benchmarks, tests, the harness, or anything that measures or checks: such patches are
+  denied and flagged. Do not trade exactness for speed (lower precision, skipped layers, approximations).
+- Every action you take is checked by a policy gate and written to an audit log. A denied action tells you
+  why; adapt instead of retrying the same thing.
+
+HOW TO WORK (always answer with a tool call)
+1. Measure: view_metrics, view_profile; look at the code with list_files, read_file, search.
+2. Hypothesize: what should move, where, and by how much (the predicted speedup, e.g. 1.05).
+3. Optimize: propose_patch(hypothesis, patch, format, predicted_speedup, target_cells). Formats:
+   - "diff": a git-style unified diff, paths relative to the workspace root (--- a/path, +++ b/path),
+     context lines copied exactly from the current file;
+   - "search_replace": blocks of the form
+       path/to/file.py
+       <<<<<<< SEARCH
+       exact current lines
+       =======
+       new lines
+       >>>>>>> REPLACE
+   The patch is checked at once (policy gate + git apply --check); if it is rejected, fix it and call
+   propose_patch again.
+4. submit() hands the last patch that passed the check over for verification. One focused change per
+   proposal. If you see nothing worth trying, call give_up(reason).
+You have at most {max_turns} replies in this iteration."""
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_metrics(
+    rows: Sequence[Mapping[str, object]], baseline: Sequence[Mapping[str, object]] = ()
+) -> str:
+    """A compact table, one row per cell; `x1.07` after a value is its ratio to the baseline."""
+    if not rows:
+        return "(no measurements yet)"
+    keys = [k for k in _PREFERRED if any(k in r for r in rows)]
+    numeric = [
+        k
+        for k in rows[0]
+        if k not in keys and k not in ("cell", "repeats") and isinstance(rows[0][k], int | float)
+    ]
+    keys = (keys + numeric)[:_MAX_COLUMNS]
+    base = {str(r.get("cell")): r for r in baseline}
+    lines = ["cell | " + " | ".join(keys)]
+    for row in rows:
+        cells = []
+        for key in keys:
+            value = row.get(key, "")
+            text = _fmt(value)
+            ref = base.get(str(row.get("cell")), {}).get(key)
+            if (
+                isinstance(value, int | float)
+                and isinstance(ref, int | float)
+                and ref
+                and key != "cv_headline"
+            ):
+                text += f" (x{value / ref:.3f} vs baseline)"
+            cells.append(text)
+        lines.append(f"{row.get('cell', '?')} | " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def render_serving(config: Mapping[str, object]) -> str:
+    return "\n".join(f"{k}: {v}" for k, v in sorted(config.items())) or "(empty: engine defaults)"
+
+
+def _history_line(entry: HistoryEntry) -> str:
+    parts = [f"#{entry.iteration} {entry.outcome}"]
+    if entry.speedup:
+        parts.append(f"measured {entry.speedup}")
+    if entry.predicted_speedup is not None:
+        parts.append(f"predicted {entry.predicted_speedup:g}x")
+    line = ", ".join(parts) + f": {entry.hypothesis.strip()[:300]}"
+    if entry.detail:
+        line += f" [{entry.detail.strip()[:200]}]"
+    return line
+
+
+def render_state(state: CampaignState) -> str:
+    history = state.history[-_MAX_HISTORY:]
+    older = len(state.history) - len(history)
+    hist = "\n".join(_history_line(h) for h in history) or "(none yet: this is the first proposal)"
+    if older:
+        hist = f"({older} older entries omitted)\n" + hist
+    profile = state.profile or "(no profile taken; view_profile will say the same)"
+    if len(profile) > _MAX_PROFILE_CHARS:
+        profile = profile[:_MAX_PROFILE_CHARS] + "\n[profile truncated; view_profile shows all of it]"
+    budget = ", ".join(f"{k}: {_fmt(v)}" for k, v in sorted(state.budget_left.items())) or "(not reported)"
+    return f"""Iteration {state.iteration}; incumbent commit {state.incumbent_ref}.
+
+## Incumbent metrics per cell
+{render_metrics(state.incumbent_metrics, state.baseline_metrics)}
+
+## Serving config (serving.yaml)
+{render_serving(state.serving_config)}
+
+## Profile
+{profile}
+
+## History of hypotheses and outcomes
+{hist}
+
+## Budget left
+{budget}
+
+Look around first (list_files, read_file, search), then propose one patch and submit it."""
