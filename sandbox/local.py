@@ -1,18 +1,35 @@
-"""Local backend: the server is a plain subprocess in its own session. No isolation beyond a clean
-environment and process-group cleanup; logs and reports mark it as weaker than Docker."""
+"""Local backend: the server is a plain subprocess in its own session.
+
+`LocalBackend()` (isolation "none"): no isolation beyond a clean environment and process-group cleanup;
+logs and reports mark it as weaker than Docker.
+
+`LocalBackend(isolation="netns")` (root, `ip` and `bwrap` needed): the server runs in its own network
+namespace joined to the host by a veth pair on a private /30 (the host reaches it at the namespace's
+address; a host firewall rule admits only replies from it and nothing is forwarded), inside bubblewrap:
+the whole host filesystem read-only, fresh /tmp, /run and /dev/shm (so host sockets such as
+docker.sock are hidden), its own PID/IPC namespaces, all capabilities dropped. Weaker than Docker: it
+runs as uid 0 (without capabilities) and can read what root can read; no memory/CPU/pids limits.
+"""
 
 from __future__ import annotations
 
 import os
+import random
+import secrets
+import shutil
 import signal
+import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 import psutil
 
 from sandbox.base import Launch
-from sandbox.errors import LaunchFailed
+from sandbox.errors import BackendUnavailable, LaunchFailed
 
 __all__ = ["LocalBackend", "LocalRunning"]
 
@@ -25,6 +42,8 @@ class LocalRunning:
     process: subprocess.Popen[bytes]
     base_url: str
     isolation: str = "local (no isolation)"
+    netns: dict[str, str] | None = None
+    _cleanup: Callable[[], None] | None = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
     def alive(self) -> bool:
@@ -34,7 +53,10 @@ class LocalRunning:
         return self.process.poll()
 
     def describe(self) -> dict[str, object]:
-        return {"backend": "local", "isolation": self.isolation, "pid": self.process.pid}
+        info: dict[str, object] = {"backend": "local", "isolation": self.isolation, "pid": self.process.pid}
+        if self.netns is not None:
+            info["netns"] = dict(self.netns)
+        return info
 
     def stop(self) -> None:
         """Terminate the whole process group, then kill anything left (vLLM spawns engine cores)."""
@@ -59,6 +81,8 @@ class LocalRunning:
                 proc.kill()
             except psutil.Error:
                 pass
+        if self._cleanup is not None:
+            self._cleanup()
 
 
 def _group_members(pgid: int) -> list[psutil.Process]:
@@ -83,10 +107,141 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
+def _ip(*args: str) -> None:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise LaunchFailed(f"ip {' '.join(args)} failed: {proc.stderr.strip()}")
+
+
+def _iptables(action: str, chain: str, *rule: str, tag: str) -> None:
+    argv = ["iptables", "-w", "10", action, chain, *rule, "-m", "comment", "--comment", tag, "-j", "DROP"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0 and action == "-I":
+        raise LaunchFailed(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
+
+
+def _free_slash30() -> tuple[str, str]:
+    """(host address, namespace address) of an unused /30 in 10.213.0.0/16."""
+    used = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
+    rng = random.SystemRandom()
+    for _ in range(100):
+        base = f"10.213.{rng.randrange(256)}."
+        last = rng.randrange(0, 256, 4)
+        quad = {f"{base}{last + k}" for k in range(4)}
+        if not quad & used:
+            return f"{base}{last + 1}", f"{base}{last + 2}"
+    raise LaunchFailed("no free /30 in 10.213.0.0/16 for a server namespace; remove stale rth* interfaces")
+
+
+@dataclass(frozen=True)
+class _Netns:
+    name: str
+    host_if: str
+    host_ip: str
+    ns_ip: str
+    tag: str
+
+    def rules(self) -> list[tuple[str, tuple[str, ...]]]:
+        return [("INPUT", ("-i", self.host_if, "-m", "conntrack", "!", "--ctstate", "ESTABLISHED,RELATED")),
+                ("FORWARD", ("-i", self.host_if)), ("FORWARD", ("-o", self.host_if))]
+
+    def up(self) -> None:
+        ns_if = "rtc" + self.host_if[3:]
+        _ip("netns", "add", self.name)
+        _ip("link", "add", self.host_if, "type", "veth", "peer", "name", ns_if)
+        _ip("link", "set", ns_if, "netns", self.name)
+        _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        _ip("link", "set", self.host_if, "up")
+        _ip("-n", self.name, "addr", "add", f"{self.ns_ip}/30", "dev", ns_if)
+        _ip("-n", self.name, "link", "set", ns_if, "up")
+        _ip("-n", self.name, "link", "set", "lo", "up")
+        for chain, rule in self.rules():
+            _iptables("-I", chain, *rule, tag=self.tag)
+
+    def down(self) -> None:
+        for chain, rule in self.rules():
+            _iptables("-D", chain, *rule, tag=self.tag)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=30)
+
+
+def _bwrap_argv(launch: Launch) -> list[str]:
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--tmpfs", "/run", "--tmpfs", "/dev/shm", "--dir", "/tmp/home"]
+    # Paths that /tmp or /run now hide come back read-only.
+    for path in (launch.workspace, *(m.source for m in launch.mounts)):
+        resolved = Path(path).resolve()
+        if resolved.is_relative_to("/tmp") or resolved.is_relative_to("/run"):
+            argv += ["--ro-bind", str(resolved), str(resolved)]
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--cap-drop", "ALL",
+             "--chdir", "/tmp", "--"]
+    args = list(launch.argv)
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--host" and args[i + 1] in ("127.0.0.1", "localhost"):
+            args[i + 1] = "0.0.0.0"          # only the namespace's veth and lo exist in there
+    return argv + args
+
+
+def _netns_env(env: dict[str, str], workspace: Path) -> dict[str, str]:
+    out = dict(env)
+    home = env.get("HOME")
+    if home:
+        for key, value in env.items():
+            if value == home or value.startswith(home.rstrip("/") + "/"):
+                out[key] = "/tmp/home" + value[len(home.rstrip("/")):]
+    out["PYTHONPATH"] = str(workspace)
+    return out
+
+
 class LocalBackend:
     name = "local"
 
+    def __init__(self, *, isolation: Literal["none", "netns"] = "none") -> None:
+        self.isolation = isolation
+
+    @classmethod
+    def from_spec(cls, config: Any) -> LocalBackend:
+        return cls(isolation=getattr(config, "local_isolation", "none"))
+
     def start(self, launch: Launch) -> LocalRunning:
+        if self.isolation == "netns":
+            return self._start_netns(launch)
+        return self._start_plain(launch)
+
+    @staticmethod
+    def check_netns() -> None:
+        if os.geteuid() != 0:
+            raise BackendUnavailable("local netns isolation needs root (ip netns, iptables); run as root or use "
+                                     "sandbox.local_isolation: none")
+        for tool, package in (("ip", "iproute2"), ("bwrap", "bubblewrap"), ("iptables", "iptables")):
+            if shutil.which(tool) is None:
+                raise BackendUnavailable(f"{tool} not found; apt-get install -y {package}")
+
+    def _start_netns(self, launch: Launch) -> LocalRunning:
+        self.check_netns()
+        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        launch_id = secrets.token_hex(4)
+        host_ip, ns_ip = _free_slash30()
+        ns = _Netns(name=f"rt-{launch_id}", host_if=f"rth{launch_id}", host_ip=host_ip, ns_ip=ns_ip,
+                    tag=f"ratchet:rt-{launch_id}")
+        argv = ["ip", "netns", "exec", ns.name, *_bwrap_argv(launch)]
+        try:
+            ns.up()
+            with open(launch.log_path, "ab") as log:
+                process = subprocess.Popen(argv, env=_netns_env(launch.env, launch.workspace),
+                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+        except BaseException as exc:
+            ns.down()
+            if isinstance(exc, OSError):
+                raise LaunchFailed(f"could not start {argv[0]}: {exc}") from exc
+            raise
+        time.sleep(0.05)
+        return LocalRunning(launch=launch, process=process, base_url=f"http://{ns_ip}:{launch.port}",
+                            isolation="local-netns+bwrap", _cleanup=ns.down,
+                            netns={"name": ns.name, "host_if": ns.host_if, "host_ip": host_ip, "ns_ip": ns_ip})
+
+    def _start_plain(self, launch: Launch) -> LocalRunning:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(launch.env)
         env["PYTHONPATH"] = str(launch.workspace)

@@ -38,7 +38,9 @@ def attack_network(args: argparse.Namespace) -> None:
     gateway = ".".join(own.split(".")[:3] + ["1"])
     targets = [t for t in args.targets.split(",") if t]
     if args.host_port:
-        targets.append(f"{gateway}:{args.host_port}")
+        # The host's end of the link: .1 on a docker bridge, own address - 1 on the local netns /30.
+        previous = ".".join(own.split(".")[:3] + [str(int(own.split(".")[3]) - 1)])
+        targets += sorted({f"{gateway}:{args.host_port}", f"{previous}:{args.host_port}"})
     for target in targets:
         host, _, port = target.rpartition(":")
         REPORT[target] = _connect(host, int(port))
@@ -69,7 +71,7 @@ def attack_memory(args: argparse.Namespace) -> None:
         print(f"ATTACK allocated {len(hoard) * 64} MiB", flush=True)
 
 
-def attack_write(args: argparse.Namespace) -> None:
+def attack_write(args: argparse.Namespace) -> None:  # also reports uid, capabilities
     import vllm
 
     targets = {
@@ -92,6 +94,7 @@ def attack_write(args: argparse.Namespace) -> None:
     with open("/proc/self/status") as f:
         status = dict(line.split(":", 1) for line in f if ":" in line)
     REPORT["uid"] = os.getuid()
+    REPORT["docker_sock_visible"] = os.path.exists("/var/run/docker.sock") or os.path.exists("/run/docker.sock")
     REPORT["cap_eff"] = status["CapEff"].strip()
     REPORT["no_new_privs"] = status.get("NoNewPrivs", "?").strip()
 
