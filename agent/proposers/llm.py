@@ -162,11 +162,11 @@ class LLMProposer:
         }
         if cfg.max_tokens is not None:
             kwargs["max_tokens"] = cfg.max_tokens
-        if cfg.send_seed:
-            kwargs["seed"] = rng.randrange(2**31)
         shrunk = False
         last: Exception | None = None
         for attempt in range(1, cfg.retry_rounds + 1):
+            if cfg.send_seed:  # a fresh seed per round: a server error caused by one sample is not repeated
+                kwargs["seed"] = rng.randrange(2**31)
             try:
                 return self._client.chat.completions.create(**kwargs)
             except openai.BadRequestError as exc:
@@ -264,6 +264,7 @@ def _is_context_error(exc: openai.BadRequestError) -> bool:
             "too many tokens",
             "prompt is too long",
             "exceeds the context",
+            "context window",
         )
     )
 
