@@ -13,11 +13,14 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import policies
 from harness.config import BenchmarkConfig, ParityConfig, ServerConfig, StatsConfig
 
-__all__ = ["CampaignSpec", "TargetConfig", "SandboxConfig", "SpecError", "load_spec"]
+__all__ = ["CampaignSpec", "TargetConfig", "SandboxConfig", "SearchConfig", "ProposerConfig", "BudgetConfig",
+           "LLMSettings", "SpecError", "load_spec"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+DEFAULT_POLICY = Path(policies.__file__).resolve().parent / "default.yaml"
 
 
 class SpecError(Exception):
@@ -41,6 +44,43 @@ class SandboxConfig(BaseModel):
     memory_gb: float | None = None
 
 
+class SearchConfig(BaseModel):
+    """The `search` proposer: engine-arg points of the serving config, expressed as patches."""
+
+    model_config = _STRICT
+    strategy: Literal["random", "grid"] = Field(
+        default="random", description="random: unseen points near the incumbent first; grid: the space in order")
+    space: dict[str, list[bool | int | float | str]] = Field(
+        default_factory=dict, description="engine arg -> candidate values (keys from the harness allowlist)")
+    seed: int = 0
+
+
+class LLMSettings(BaseModel):
+    """Where the `llm` proposer's OpenAI-compatible endpoint is; see agent/proposers/README.md."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    base_url: str | None = None
+    model: str | None = None
+
+
+class ProposerConfig(BaseModel):
+    model_config = _STRICT
+    kind: Literal["search", "llm"] = "search"
+    search: SearchConfig = SearchConfig()
+    llm: LLMSettings = LLMSettings()
+
+
+class BudgetConfig(BaseModel):
+    """The campaign stops cleanly before any of these would be overrun."""
+
+    model_config = _STRICT
+    max_iterations: int = Field(default=4, ge=0)
+    wall_seconds: float = Field(default=3600.0, gt=0)
+    llm_tokens: int = Field(default=200_000, ge=0)
+    llm_usd: float = Field(default=5.0, ge=0)
+    gpu_minutes: float = Field(default=0.0, ge=0)
+
+
 class CampaignSpec(BaseModel):
     model_config = _STRICT
     schema_version: Literal[1]
@@ -53,6 +93,10 @@ class CampaignSpec(BaseModel):
     parity: ParityConfig
     stats: StatsConfig = StatsConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    policy: Path = Field(default=DEFAULT_POLICY, description="policy file; relative to the spec file")
+    proposer: ProposerConfig = ProposerConfig()
+    budget: BudgetConfig = BudgetConfig()
+    final_comparison: bool = Field(default=True, description="measure best vs baseline once more at the end")
 
     def workspace_dir(self, cwd: Path) -> Path:
         return (self.target.workspace or cwd / ".ratchet" / "workspaces" / self.name).resolve()
@@ -60,6 +104,11 @@ class CampaignSpec(BaseModel):
 
 def _resolve_paths(data: dict[str, object], base: Path) -> None:
     """Make the spec's path fields absolute, relative to the spec file's folder."""
+    if "policy" not in data:
+        data["policy"] = str(DEFAULT_POLICY)
+    elif isinstance(data["policy"], str):
+        policy = Path(data["policy"]).expanduser()
+        data["policy"] = str(policy if policy.is_absolute() else (base / policy).resolve())
     targets = {("server", "model"), ("parity", "prompts"), ("parity", "visible_prompts"),
                ("target", "source"), ("target", "workspace")}
     for section, key in targets:

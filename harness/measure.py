@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.bench import BenchJob, CellRun, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
-from harness.parity import ParityReport, compare, generate, load_prompts
+from harness.parity import Generation, ParityReport, compare, generate, load_prompts
 from harness.server import Server, serve
 from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
 from sandbox.base import Backend
@@ -48,6 +48,7 @@ class GridResult:
     startup_s: float
     evidence: dict[str, object]
     runs: list[CellRun] = field(default_factory=list)
+    generations: list[Generation] = field(default_factory=list)   # parity prompts, when asked for
 
     def cell_metrics(self, cell: Cell) -> dict[str, list[float]]:
         out: dict[str, list[float]] = {}
@@ -76,7 +77,7 @@ class ABResult:
     b: GridResult
     parity: ParityReport | None
     cells: dict[str, dict[str, SpeedupCI]]       # cell label -> metric -> ratio (>1: B better)
-    overall: SpeedupCI
+    overall: SpeedupCI | None                    # None when the benchmark was skipped (parity broken)
 
     def headline(self) -> dict[str, SpeedupCI]:
         return {label: metrics["headline"] for label, metrics in self.cells.items()}
@@ -103,13 +104,16 @@ def _alive_check(servers: dict[str, Server]) -> Callable[[BenchJob], None]:
 
 def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench: BenchmarkConfig,
                  work_dir: Path, cache_dir: Path, progress: Progress = lambda _: None,
-                 on_run: Callable[[CellRun], None] | None = None) -> GridResult:
+                 on_run: Callable[[CellRun], None] | None = None, parity: ParityConfig | None = None) -> GridResult:
     cells = bench.cells()
     progress(f"starting server for {build.tag}")
     with serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
                log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir) as srv:
         progress(f"server {build.tag} ready in {srv.startup_s:.1f} s; benchmarking {len(cells)} cells")
         result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence)
+        if parity is not None:
+            progress("parity: generating the reference")
+            result.generations = generate(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity)
         jobs = _jobs(cells, [(build.tag, srv)], server.model, bench.repeats)
         result.runs = run_jobs(jobs, bench, work_dir=work_dir / f"bench-{build.tag}", on_done=on_run,
                                check_alive=_alive_check({build.tag: srv}))
@@ -126,7 +130,8 @@ def _ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsCon
         per: dict[str, SpeedupCI] = {}
         for metric, higher in HIGHER_IS_BETTER.items():
             xa, xb = ma.get(metric, []), mb.get(metric, [])
-            if not xa or not xb:
+            # Prefill cells have no TPOT (0 ms): a ratio of zeros means nothing, skip it.
+            if not xa or not xb or min(xa) <= 0 or min(xb) <= 0:
                 continue
             # For latencies, the ratio A/B is the speedup (lower is better).
             per[metric] = speedup_ci(xa, xb, stats_cfg) if higher else speedup_ci(xb, xa, stats_cfg)
@@ -138,27 +143,33 @@ def _ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsCon
 
 def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, bench: BenchmarkConfig,
                stats_cfg: StatsConfig, parity: ParityConfig | None, work_dir: Path, cache_dir: Path,
-               progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None) -> ABResult:
-    """Both servers up at once, runs interleaved; parity of B checked against A first (fail fast)."""
+               progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None,
+               reference: list[Generation] | None = None, stop_on_parity_failure: bool = False,
+               ports: dict[str, int] | None = None) -> ABResult:
+    """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
+    given (the campaign's baseline), else against A generated now."""
     cells = bench.cells()
     with contextlib.ExitStack() as stack:
         servers: dict[str, Server] = {}
         for build in (a, b):
             progress(f"starting server for {build.tag}")
+            config = server.model_copy(update={"port": ports[build.tag]}) if ports else server
             servers[build.tag] = stack.enter_context(serve(
-                backend, tree=build.tree, config=server, engine_args=build.engine_args,
+                backend, tree=build.tree, config=config, engine_args=build.engine_args,
                 log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir / build.tag))
             progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
         report = None
         if parity is not None:
-            progress("parity: generating on both builds")
+            progress("parity: generating on B" + ("" if reference else " and A"))
             prompts = load_prompts(parity.prompts)
-            ref = generate(servers[a.tag].base_url, server.served_model_name, prompts, parity)
+            ref = reference or generate(servers[a.tag].base_url, server.served_model_name, prompts, parity)
             cand = generate(servers[b.tag].base_url, server.served_model_name, prompts, parity)
             report = compare(ref, cand)
             progress(report.summary())
         ga = GridResult(build=a, startup_s=servers[a.tag].startup_s, evidence=servers[a.tag].evidence)
         gb = GridResult(build=b, startup_s=servers[b.tag].startup_s, evidence=servers[b.tag].evidence)
+        if report is not None and not report.ok and stop_on_parity_failure:
+            return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None)
         jobs = _jobs(cells, [(a.tag, servers[a.tag]), (b.tag, servers[b.tag])], server.model, bench.repeats)
         progress(f"benchmark: {len(jobs)} runs interleaved")
         for run in run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,

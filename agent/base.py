@@ -1,0 +1,76 @@
+"""Records and protocols of the agent room: what a proposer sees, what it returns, what it may do.
+
+    Proposer.propose(state, tools, rng=...) -> Proposal | GiveUp
+
+A proposer looks around only through `Tools`, whose every call passes the policy gate and is written
+to the audit log before it runs; it never touches the workspace, the harness or the log itself.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+__all__ = ["Proposal", "GiveUp", "HistoryEntry", "CampaignState", "Tools", "Proposer", "Outcome"]
+
+Outcome = Literal["accepted", "rejected", "parity-broken", "denied", "invalid", "failed", "quarantined"]
+
+
+@dataclass(frozen=True)
+class Proposal:
+    hypothesis: str                        # what should move, where, and by how much
+    patch: str                             # unified diff (git-style) or SEARCH/REPLACE blocks
+    patch_format: Literal["diff", "search_replace"] = "diff"
+    predicted_speedup: float | None = None
+    target_cells: tuple[str, ...] = ()     # cell labels expected to move, e.g. ("in512/out64",)
+    source: str = ""                       # which proposer produced it (and its internal id)
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    reason: str
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    iteration: int
+    hypothesis: str
+    outcome: Outcome
+    speedup: str | None = None             # "1.08x [1.03, 1.12]" when measured
+    predicted_speedup: float | None = None
+    detail: str = ""                       # gate reason, parity diagnosis, error
+    source: str = ""                       # Proposal.source, so stateless proposers know what was tried
+
+
+@dataclass(frozen=True)
+class CampaignState:
+    """Everything a proposer may know at the start of an iteration."""
+
+    iteration: int
+    incumbent_ref: str
+    serving_config: dict[str, object]            # the incumbent's engine args (serving.yaml)
+    incumbent_metrics: tuple[dict[str, object], ...]   # one row per cell (see harness.measure.GridResult.table)
+    baseline_metrics: tuple[dict[str, object], ...]
+    history: tuple[HistoryEntry, ...] = ()
+    profile: str | None = None                   # a readable top-ops table, when one was taken
+    budget_left: dict[str, float] = field(default_factory=dict)
+    allowed_paths: tuple[str, ...] = ()          # globs the policy allows writing, for the prompt
+
+
+class Tools(Protocol):
+    """Gated, audited access for proposers. Denied calls raise agent.errors.ActionDenied."""
+
+    def read_file(self, path: str) -> str: ...
+    def list_files(self, directory: str) -> list[str]: ...
+    def search(self, pattern: str, directory: str = "vllm") -> list[str]: ...
+    def check_patch(self, patch: str, patch_format: str = "diff") -> str: ...   # gate + `git apply --check`
+    def charge(self, resource: str, amount: float) -> None: ...   # budget; raises BudgetExhausted
+    def budget_left(self, resource: str) -> float: ...
+    def note(self, kind: str, payload: dict[str, object]) -> None: ...   # an audited agent event
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, state: CampaignState, tools: Tools, *, rng: random.Random) -> Proposal | GiveUp: ...

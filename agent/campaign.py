@@ -1,0 +1,202 @@
+"""Starting, resuming and ending a campaign around the loop: the audit log, the workspace and its
+branch, the baseline (parity reference + grid), the final best-vs-baseline comparison, the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.base import Proposer
+from agent.environment import describe_environment
+from agent.errors import BudgetExhausted, CampaignError
+from agent.gatekeeper import Gatekeeper
+from agent.journal import read_journal
+from agent.loop import Campaign, Event
+from agent.spec import CampaignSpec
+from audit import AuditWriter, write_report
+from harness.engine_args import engine_argv
+from harness.measure import ABResult, Build, ab_compare, measure_grid
+from harness.parity import load_reference, save_reference
+from policies import load_policy
+from sandbox.base import Backend
+from sandbox.workspace import Workspace
+
+__all__ = ["CampaignEnd", "start_campaign", "resume_campaign", "new_campaign_id"]
+
+REFERENCE_FILE = "parity-reference.json"
+
+
+@dataclass(frozen=True)
+class CampaignEnd:
+    campaign_id: str
+    log_dir: Path
+    workspace: Path
+    branch: str
+    stop_reason: str
+    baseline_rows: list[dict[str, Any]]
+    final: ABResult | None
+    accepted: list[str]
+    report: Path | None
+
+
+def new_campaign_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _limits(spec: CampaignSpec) -> dict[str, float]:
+    b = spec.budget
+    return {"llm_tokens": b.llm_tokens, "llm_usd": b.llm_usd, "wall_seconds": b.wall_seconds,
+            "gpu_minutes": b.gpu_minutes}
+
+
+def _gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], port: int, it: int) -> None:
+    argv = ["vllm", "serve", str(spec.server.model), "--host", "127.0.0.1", "--port", str(port),
+            *engine_argv(engine_args)]
+    gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
+                  "port": port}, iteration=it)
+
+
+def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
+              ws: Workspace, backend: Backend, log_dir: Path, on_event: Event) -> tuple[list[Any], list[Any]]:
+    on_event("phase", {"phase": "baseline: parity reference + grid"})
+    _gate_server(gate, spec, ws.serving_config(), 8000, 0)
+    server = spec.server.model_copy(update={"port": 8000})
+    build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
+    grid = measure_grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
+                        cache_dir=log_dir / "cache", parity=spec.parity,
+                        progress=lambda m: on_event("progress", {"message": m}))
+    save_reference(log_dir / REFERENCE_FILE, grid.generations, prompts_path=spec.parity.prompts,
+                   meta={"ref": build.ref, "engine_args": build.engine_args})
+    rows = grid.table(spec.benchmark.cells())
+    writer.append("baseline.result", iteration=0, payload={
+        "cells": rows, "startup_s": grid.startup_s, "evidence": grid.evidence, "ref": build.ref,
+        "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
+        "reference_sha256": _sha256(log_dir / REFERENCE_FILE)})
+    writer.checkpoint()
+    return grid.generations, rows
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, backend: Backend, log_root: Path,
+                   workspace_root: Path, on_event: Event = lambda k, d: None) -> CampaignEnd:
+    campaign_id = new_campaign_id(spec.name)
+    log_dir = (log_root / campaign_id).resolve()
+    ws_dir = (workspace_root / campaign_id).resolve()
+    policy = load_policy(spec.policy)
+    with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
+        source = spec.target.source / spec.target.package if spec.target.source else None
+        ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
+                              source=source)
+        branch = f"ratchet/{campaign_id}"
+        ws.repo.git.checkout("-q", "-b", branch)
+        gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec))
+        writer.append("campaign.start", payload={
+            "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
+            "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
+            "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
+            "environment": describe_environment(), "isolation": spec.sandbox.backend})
+        reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                    log_dir=log_dir, on_event=on_event)
+        camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
+                        gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
+                        baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, on_event=on_event)
+        return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
+
+
+def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
+                    backend_for: Callable[[CampaignSpec], Backend], on_event: Event = lambda k, d: None) -> CampaignEnd:
+    log_dir = log_dir.resolve()
+    journal = read_journal(log_dir)
+    if journal.ended:
+        raise CampaignError(f"campaign {journal.campaign} already ended; start a new one with `ratchet run`")
+    spec = CampaignSpec.model_validate(journal.spec)
+    policy = load_policy(spec.policy)
+    with AuditWriter.open(log_dir, campaign=journal.campaign) as writer:
+        ws = Workspace.open(journal.workspace, spec.target.package)
+        ws.repo.git.worktree("prune")
+        ws.repo.git.checkout("-q", "-f", journal.branch)
+        ws.reset(journal.incumbent_ref)
+        gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))
+        writer.append("campaign.resume", payload={"incumbent": journal.incumbent_ref,
+                                                  "next_iteration": max(journal.last_iteration,
+                                                                        journal.open_iteration or 0) + 1})
+        backend = backend_for(spec)
+        proposer = proposer_for(spec, journal.proposer)
+        if journal.baseline is None:
+            reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                        log_dir=log_dir, on_event=on_event)
+        else:
+            if _sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
+                raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash; the log was tampered")
+            reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
+            rows = list(journal.baseline["cells"])
+        camp = Campaign(spec=spec, spec_path=journal.spec_path, campaign_id=journal.campaign, log_dir=log_dir,
+                        writer=writer, gate=gate, workspace=ws, backend=backend, proposer=proposer,
+                        reference=reference, baseline_rows=rows, incumbent_ref=journal.incumbent_ref,
+                        incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
+                        next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event)
+        if journal.open_iteration is not None:   # crashed mid-iteration: close it as a value, then go on
+            camp._finish(journal.open_iteration, "failed", "interrupted (crash or kill); resumed", proposal=None)
+            writer.checkpoint()
+        return _run_to_end(camp, base_commit=journal.base_commit, branch=journal.branch)
+
+
+def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd:
+    try:
+        stop = camp.run()
+    except BudgetExhausted as exc:
+        stop = f"budget exhausted: {exc}"
+    accepted = [h for h in camp.history if h.outcome == "accepted"]
+    final = None
+    if accepted and camp.spec.final_comparison and camp.gate.left("wall_seconds") > 0:
+        final = _final_comparison(camp, base_commit)
+    camp.writer.append("campaign.end", payload={
+        "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
+        "accepted": [h.iteration for h in accepted], "spent": dict(camp.gate.spent),
+        "final": ({"overall": vars(final.overall) if final.overall else None,
+                   "cells": {label: vars(per["headline"]) for label, per in final.cells.items()},
+                   "parity_ok": bool(final.parity and final.parity.ok)} if final else None)})
+    camp.writer.checkpoint()
+    report = None
+    try:
+        report, _ = write_report(camp.log_dir)
+    except Exception as exc:  # a report failure must not hide the campaign's result
+        camp.on_event("progress", {"message": f"report not written: {exc}"})
+    shutil.rmtree(camp.log_dir / "cache", ignore_errors=True)
+    return CampaignEnd(campaign_id=camp.campaign_id, log_dir=camp.log_dir, workspace=camp.workspace.root,
+                       branch=branch, stop_reason=stop, baseline_rows=camp.baseline_rows, final=final,
+                       accepted=[h.source or h.hypothesis for h in accepted], report=report)
+
+
+def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
+    """Best vs stock: the incumbent measured once more against the baseline, interleaved."""
+    camp.on_event("phase", {"phase": "final: best vs baseline"})
+    ws, work = camp.workspace, camp.log_dir / "runs" / "final"
+    tree_a, tree_b = ws.checkout_copy(base_commit, work / "tree-A"), ws.checkout_copy(camp.incumbent_ref, work / "tree-B")
+    try:
+        a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(base_commit), ref=base_commit)
+        b = Build(tag="B", tree=tree_b, engine_args=ws.serving_config(camp.incumbent_ref), ref=camp.incumbent_ref)
+        it = camp.next_iteration
+        for port, build in ((8000, a), (8001, b)):
+            _gate_server(camp.gate, camp.spec, build.engine_args, port, it)
+        result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=camp.spec.benchmark,
+                            stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
+                            cache_dir=camp.log_dir / "cache", reference=camp.reference, ports={"A": 8000, "B": 8001},
+                            progress=lambda m: camp.on_event("progress", {"message": m}))
+    except Exception as exc:  # recorded; the campaign's accepted commits stand on their own A/Bs
+        camp.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
+        return None
+    finally:
+        ws.remove_copy(tree_a)
+        ws.remove_copy(tree_b)
+    return result

@@ -1,0 +1,79 @@
+"""`ratchet run SPEC [--proposer search|llm] [--max-iterations N] [--log-dir DIR]`: a campaign.
+
+Exit codes: 0 the campaign ran to a budget or the proposer's end (accepted or not); 2 bad input;
+3 the baseline could not be measured (server, benchmark, sandbox); 4 the audit log could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agent.base import Proposer
+from agent.campaign import CampaignEnd, start_campaign
+from agent.commands._common import cli_errors, console, err_console, make_backend, open_spec
+from agent.spec import CampaignSpec
+from agent.view import CampaignView, final_table
+from audit import AuditError
+
+__all__ = ["register", "make_proposer", "print_end"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("run", help="run an optimization campaign (the main job)")
+    p.add_argument("spec")
+    p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
+    p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
+    p.add_argument("--log-dir", default="audit_logs", help="campaign logs go to DIR/<campaign-id>/")
+    p.add_argument("--workspaces", default=".ratchet/workspaces", help="where campaign workspaces are created")
+    p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --proposer llm")
+    p.add_argument("--llm-model", help="model name for --proposer llm")
+    p.set_defaults(func=run)
+
+
+def make_proposer(spec: CampaignSpec, kind: str, *, base_url: str | None = None, model: str | None = None) -> Proposer:
+    if kind == "search":
+        from agent.proposers.search import SearchProposer
+
+        return SearchProposer(spec.proposer.search)
+    from agent.proposers.llm import LLMConfig, LLMProposer  # type: ignore[import-not-found]
+
+    settings = spec.proposer.llm.model_dump(exclude_none=True)
+    if base_url:
+        settings["base_url"] = base_url
+    if model:
+        settings["model"] = model
+    return LLMProposer(LLMConfig(**settings))  # type: ignore[no-any-return]
+
+
+def print_end(end: CampaignEnd) -> None:
+    final = end.final
+    cells = {label: {"headline": str(per["headline"])} for label, per in final.cells.items()} if final else None
+    console.print(final_table(end.baseline_rows, cells, final.parity.ok if final and final.parity else None))
+    if final and final.overall:
+        console.print(f"overall (geo-mean over cells): {final.overall}")
+    console.print(f"stopped: {end.stop_reason}")
+    console.print(f"accepted: {len(end.accepted)}  {'; '.join(end.accepted)[:300]}")
+    console.print(f"branch:   {end.branch}  in {end.workspace}")
+    console.print(f"log:      {end.log_dir}   (verify: ratchet audit verify {end.log_dir})")
+    if end.report:
+        console.print(f"report:   {end.report}")
+
+
+@cli_errors
+def run(args: argparse.Namespace) -> int:
+    spec = open_spec(args.spec)
+    if args.max_iterations is not None:
+        spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_iterations": args.max_iterations})})
+    proposer = make_proposer(spec, args.proposer or spec.proposer.kind, base_url=args.llm_base_url,
+                             model=args.llm_model)
+    view = CampaignView(err_console, max_iterations=spec.budget.max_iterations, title=f"ratchet: {spec.name}")
+    try:
+        with view:
+            end = start_campaign(spec, Path(args.spec), proposer=proposer, backend=make_backend(spec),
+                                 log_root=Path(args.log_dir), workspace_root=Path(args.workspaces), on_event=view)
+    except AuditError as exc:
+        err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
+        return 4
+    print_end(end)
+    return 0

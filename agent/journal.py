@@ -1,0 +1,76 @@
+"""Reading a campaign back from its audit log: what `ratchet resume` needs to continue exactly where
+the log ends (the log is the only state; nothing else is trusted after a crash)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.base import HistoryEntry
+from agent.errors import CampaignError
+from audit.reader import payload_of, read_records
+
+__all__ = ["Journal", "read_journal"]
+
+
+@dataclass
+class Journal:
+    campaign: str
+    spec_path: Path
+    spec: dict[str, Any]
+    workspace: Path
+    branch: str
+    proposer: str
+    base_commit: str
+    baseline: dict[str, Any] | None = None
+    incumbent_ref: str = ""
+    incumbent_rows: list[dict[str, Any]] = field(default_factory=list)
+    history: list[HistoryEntry] = field(default_factory=list)
+    spent: dict[str, float] = field(default_factory=dict)
+    last_iteration: int = 0
+    open_iteration: int | None = None      # an iteration with a hypothesis but no result (crashed mid-way)
+    ended: bool = False
+
+
+def read_journal(directory: Path) -> Journal:
+    if not (directory / "log.jsonl").exists():
+        raise CampaignError(f"{directory} holds no log.jsonl; pass the campaign folder audit_logs/<campaign-id>")
+    records = read_records(directory)
+    start = next((r for r in records if r.get("kind") == "campaign.start"), None)
+    if start is None:
+        raise CampaignError(f"{directory}/log.jsonl has no campaign.start record: not a ratchet campaign log")
+    p = payload_of(directory, start)
+    journal = Journal(campaign=str(start["campaign"]), spec_path=Path(p["spec_path"]), spec=p["spec"],
+                      workspace=Path(p["workspace"]), branch=str(p["branch"]), proposer=str(p["proposer"]),
+                      base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]))
+    hypotheses: dict[int, dict[str, Any]] = {}
+    for record in records:
+        kind, it = record.get("kind"), record.get("iteration")
+        if kind in ("checkpoint", "log.open", "recovery"):
+            continue
+        body = payload_of(directory, record)
+        if kind == "baseline.result":
+            journal.baseline = body
+            journal.incumbent_rows = list(body["cells"])
+        elif kind == "action" and body.get("action", {}).get("kind") == "spend" and record.get("decision") == "allow":
+            action = body["action"]
+            journal.spent[action["resource"]] = journal.spent.get(action["resource"], 0.0) + float(action["amount"])
+        elif kind == "iteration.hypothesis" and isinstance(it, int):
+            hypotheses[it] = body
+            journal.open_iteration = it
+        elif kind == "iteration.result" and isinstance(it, int):
+            hyp = hypotheses.get(it, {})
+            journal.history.append(HistoryEntry(
+                iteration=it, hypothesis=str(hyp.get("hypothesis", body.get("hypothesis", ""))),
+                outcome=body["outcome"], speedup=body.get("speedup_text"),
+                predicted_speedup=hyp.get("predicted_speedup"), detail=str(body.get("reason", "")),
+                source=str(hyp.get("source", body.get("source", "")))))
+            journal.last_iteration = max(journal.last_iteration, it)
+            journal.open_iteration = None
+            if body.get("accepted"):
+                journal.incumbent_ref = str(body["commit"])
+                journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))
+        elif kind == "campaign.end":
+            journal.ended = True
+    return journal

@@ -1,0 +1,104 @@
+"""`Tools` for proposers: every look at the workspace and every patch check passes the gate and is
+audited before it happens. Reads come from the incumbent tree (the workspace at the campaign branch's
+head, kept clean between iterations); nothing here writes to it."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.errors import ActionDenied
+from agent.gatekeeper import Gatekeeper
+from sandbox.errors import PatchRejected
+from sandbox.patches import check_patch_paths
+
+__all__ = ["GatedTools", "to_unified_diff"]
+
+_MAX_READ_BYTES = 400_000
+_MAX_RESULTS = 200
+
+
+def to_unified_diff(root: Path, patch: str, patch_format: str) -> str:
+    """SEARCH/REPLACE blocks become a unified diff against `root` (the gate only reads diffs)."""
+    if patch_format == "diff":
+        return patch
+    if patch_format == "search_replace":
+        from sandbox.search_replace import blocks_to_diff  # type: ignore[import-not-found]
+
+        return str(blocks_to_diff(root, patch))
+    raise PatchRejected(f"unknown patch format {patch_format!r}; use 'diff' or 'search_replace'")
+
+
+@dataclass
+class GatedTools:
+    gate: Gatekeeper
+    root: Path
+    iteration: int
+
+    def _read_allowed(self, path: str) -> Path:
+        self.gate.require({"kind": "read_file", "path": path}, iteration=self.iteration)
+        target = (self.root / path).resolve()
+        if not target.is_relative_to(self.root.resolve()):  # the gate normalises; this is belt and braces
+            raise ActionDenied("builtin-path", f"{path} leaves the workspace")
+        return target
+
+    def read_file(self, path: str) -> str:
+        target = self._read_allowed(path)
+        if not target.is_file():
+            raise FileNotFoundError(f"{path}: no such file in the workspace")
+        data = target.read_bytes()[:_MAX_READ_BYTES]
+        return data.decode(errors="replace")
+
+    def list_files(self, directory: str) -> list[str]:
+        target = self._read_allowed(directory.rstrip("/") or ".")
+        if not target.is_dir():
+            raise FileNotFoundError(f"{directory}: no such directory in the workspace")
+        out = []
+        for child in sorted(target.iterdir()):
+            if child.name.startswith(".") or child.name == "__pycache__":
+                continue
+            rel = child.relative_to(self.root).as_posix()
+            out.append(rel + ("/" if child.is_dir() else ""))
+        return out[:_MAX_RESULTS]
+
+    def search(self, pattern: str, directory: str = "vllm") -> list[str]:
+        """`path:line: text` for lines matching a regex, Python files under `directory`."""
+        target = self._read_allowed(directory)
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"bad regex {pattern!r}: {exc}") from exc
+        hits: list[str] = []
+        for path in sorted(target.rglob("*.py")):
+            rel = path.relative_to(self.root).as_posix()
+            if fnmatch.fnmatch(rel, "*__pycache__*"):
+                continue
+            for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if regex.search(line):
+                    hits.append(f"{rel}:{lineno}: {line.strip()[:160]}")
+                    if len(hits) >= _MAX_RESULTS:
+                        return hits
+        return hits
+
+    def check_patch(self, patch: str, patch_format: str = "diff") -> str:
+        """Gate the patch, then `git apply --check` it against the incumbent; returns the unified diff."""
+        diff = to_unified_diff(self.root, patch, patch_format)
+        check_patch_paths(diff)
+        self.gate.require({"kind": "patch", "diff": diff}, iteration=self.iteration)
+        proc = subprocess.run(["git", "apply", "--check", "--whitespace=nowarn", "-"], cwd=self.root,
+                              input=diff.encode(), capture_output=True, timeout=60)
+        if proc.returncode != 0:
+            raise PatchRejected(f"git apply --check failed: {proc.stderr.decode(errors='replace').strip()}")
+        return diff
+
+    def charge(self, resource: str, amount: float) -> None:
+        self.gate.spend(resource, amount, iteration=self.iteration)
+
+    def budget_left(self, resource: str) -> float:
+        return self.gate.left(resource)
+
+    def note(self, kind: str, payload: dict[str, object]) -> None:
+        self.gate.writer.append(f"agent.{kind}", payload=payload, iteration=self.iteration)
