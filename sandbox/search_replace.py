@@ -56,13 +56,18 @@ def parse_blocks(text: str) -> list[EditBlock]:
         while k < len(lines) and not _REPLACE.match(lines[k].rstrip("\n")):
             k += 1
         if k >= len(lines):
-            raise PatchRejected(f"edit block for {path} at line {i + 1} is not closed "
-                                f"(expected '=======' then '>>>>>>> REPLACE')")
-        blocks.append(EditBlock(path=path, search="".join(lines[i + 1:j]), replace="".join(lines[j + 1:k])))
+            raise PatchRejected(
+                f"edit block for {path} at line {i + 1} is not closed "
+                f"(expected '=======' then '>>>>>>> REPLACE')"
+            )
+        blocks.append(
+            EditBlock(path=path, search="".join(lines[i + 1 : j]), replace="".join(lines[j + 1 : k]))
+        )
         i = k + 1
     if not blocks:
-        raise PatchRejected("no SEARCH/REPLACE blocks found; expect 'path', '<<<<<<< SEARCH', '=======', "
-                            "'>>>>>>> REPLACE'")
+        raise PatchRejected(
+            "no SEARCH/REPLACE blocks found; expect 'path', '<<<<<<< SEARCH', '=======', '>>>>>>> REPLACE'"
+        )
     return blocks
 
 
@@ -85,7 +90,7 @@ def _find_lines(content: list[str], search: list[str], key: Callable[[str], str]
     want = [key(s) for s in search]
     have = [key(c) for c in content]
     n = len(want)
-    return [i for i in range(len(have) - n + 1) if have[i:i + n] == want]
+    return [i for i in range(len(have) - n + 1) if have[i : i + n] == want]
 
 
 def _replace_one(content: str, block: EditBlock) -> str:
@@ -95,25 +100,31 @@ def _replace_one(content: str, block: EditBlock) -> str:
     if count == 1:
         return content.replace(block.search, block.replace, 1)
     if count > 1:
-        raise PatchRejected(f"SEARCH text matches {count} places in {block.path}; add surrounding lines "
-                            f"so that it matches one")
+        raise PatchRejected(
+            f"SEARCH text matches {count} places in {block.path}; add surrounding lines "
+            f"so that it matches one"
+        )
     have = content.splitlines(keepends=True)
     search = block.search.splitlines(keepends=True)
     replace = block.replace.splitlines(keepends=True)
     for key in (lambda s: s.rstrip(), lambda s: s.strip()):
         hits = _find_lines(have, search, key)
         if len(hits) > 1:
-            raise PatchRejected(f"SEARCH text matches {len(hits)} places in {block.path} (ignoring whitespace); "
-                                f"add surrounding lines")
+            raise PatchRejected(
+                f"SEARCH text matches {len(hits)} places in {block.path} (ignoring whitespace); "
+                f"add surrounding lines"
+            )
         if hits:
             start = hits[0]
-            replace = _reindent(have[start:start + len(search)], search, replace)
-            tail = have[start + len(search):]
+            replace = _reindent(have[start : start + len(search)], search, replace)
+            tail = have[start + len(search) :]
             if replace and not replace[-1].endswith("\n") and tail:
                 replace[-1] += "\n"
             return "".join(have[:start] + replace + tail)
-    raise PatchRejected(f"SEARCH text not found in {block.path} (not even ignoring whitespace); copy the "
-                        f"lines exactly from the current file")
+    raise PatchRejected(
+        f"SEARCH text not found in {block.path} (not even ignoring whitespace); copy the "
+        f"lines exactly from the current file"
+    )
 
 
 def _reindent(matched: list[str], search: list[str], replace: list[str]) -> list[str]:
@@ -127,7 +138,7 @@ def _reindent(matched: list[str], search: list[str], replace: list[str]) -> list
     if file_ind == search_ind:
         return replace
     if file_ind.startswith(search_ind):
-        extra = file_ind[len(search_ind):]
+        extra = file_ind[len(search_ind) :]
         return [extra + r if r.strip() else r for r in replace]
     if search_ind.startswith(file_ind):
         cut = len(search_ind) - len(file_ind)
@@ -141,7 +152,9 @@ def _read(root: Path, rel: str) -> str | None:
         if parent == root:
             break
         if parent.is_symlink():
-            raise PatchRejected(f"{rel} goes through a symlink ({parent.relative_to(root)}); edit the real file")
+            raise PatchRejected(
+                f"{rel} goes through a symlink ({parent.relative_to(root)}); edit the real file"
+            )
     if not path.resolve().is_relative_to(root.resolve()):
         raise PatchRejected(f"{rel} resolves outside the workspace")
     if not path.exists():

@@ -137,7 +137,7 @@ class Workspace:
         return self.repo.git.diff("--cached", "--binary", "HEAD") + "\n"
 
     def apply_search_replace(self, blocks: str) -> str:
-        """Apply SEARCH/REPLACE blocks (see sandbox/search_replace.py) through `apply_patch`; return the
+        """Apply SEARCH/REPLACE blocks (sandbox/search_replace.py) through `apply_patch`; return the
         canonical `git diff` of what was applied."""
         from sandbox.search_replace import blocks_to_diff
 

@@ -58,49 +58,93 @@ def _client_checks(image: str) -> list[Check]:
     try:
         client = connect()
     except BackendUnavailable as exc:
-        return [Check("dockerd", False, str(exc).split(";")[0], "scripts/start-dockerd.sh (installs docker.io if absent)")]
+        return [
+            Check(
+                "dockerd",
+                False,
+                str(exc).split(";")[0],
+                "scripts/start-dockerd.sh (installs docker.io if absent)",
+            )
+        ]
     version = client.version().get("Version", "?")
     checks.append(Check("dockerd", True, f"running, server {version}"))
     try:
         img = client.images.get(image)
     except Exception:  # noqa: BLE001 - ImageNotFound or an API error: either way the image is not usable
-        checks.append(Check("image", False, f"{image} is absent", "ratchet sandbox build (≈5 min the first time)"))
+        checks.append(
+            Check("image", False, f"{image} is absent", "ratchet sandbox build (≈5 min the first time)")
+        )
         return checks
     labels = img.labels or {}
-    detail = f"{image} {img.id[:19]} vllm {labels.get('ratchet.vllm', '?')} torch {labels.get('ratchet.torch', '?')}"
+    versions = f"vllm {labels.get('ratchet.vllm', '?')} torch {labels.get('ratchet.torch', '?')}"
+    detail = f"{image} {img.id[:19]} {versions}"
     checks.append(Check("image", True, detail))
     current = plan_build().inputs_hash
     fresh = labels.get("ratchet.inputs") == current
-    checks.append(Check("image matches venv", fresh, "same inputs hash" if fresh else
-                        f"built from other inputs ({labels.get('ratchet.inputs', 'none')} != {current})",
-                        "ratchet sandbox build (the venv's packages changed)", required=False))
+    checks.append(
+        Check(
+            "image matches venv",
+            fresh,
+            "same inputs hash"
+            if fresh
+            else f"built from other inputs ({labels.get('ratchet.inputs', 'none')} != {current})",
+            "ratchet sandbox build (the venv's packages changed)",
+            required=False,
+        )
+    )
     runtimes = client.info().get("Runtimes", {})
     gpu = "nvidia" in runtimes or shutil.which("nvidia-container-runtime-hook") is not None
-    checks.append(Check("GPU runtime", gpu, "nvidia container runtime found" if gpu else "none (CPU only)",
-                        "install nvidia-container-toolkit and restart dockerd (GPU hosts only)", required=False))
+    checks.append(
+        Check(
+            "GPU runtime",
+            gpu,
+            "nvidia container runtime found" if gpu else "none (CPU only)",
+            "install nvidia-container-toolkit and restart dockerd (GPU hosts only)",
+            required=False,
+        )
+    )
     return checks
 
 
 def _doctor_checks(image: str, need_gpu: bool) -> list[Check]:
-    checks = [Check("root", os.geteuid() == 0, f"uid {os.geteuid()}",
-                    "run as root: the per-launch firewall rule and image build need it")]
+    checks = [
+        Check(
+            "root",
+            os.geteuid() == 0,
+            f"uid {os.geteuid()}",
+            "run as root: the per-launch firewall rule and image build need it",
+        )
+    ]
     try:
         import docker  # noqa: F401
+
         checks.append(Check("docker SDK", True, "importable"))
     except ImportError:
         return checks + [Check("docker SDK", False, "not importable", "pip install docker==7.2.0")]
     cli = shutil.which("docker")
-    checks.append(Check("docker client", cli is not None, cli or "absent", "apt-get install -y docker.io",
-                        required=False))
+    checks.append(
+        Check(
+            "docker client", cli is not None, cli or "absent", "apt-get install -y docker.io", required=False
+        )
+    )
     ipt = shutil.which("iptables")
     checks.append(Check("iptables", ipt is not None, ipt or "absent", "apt-get install -y iptables"))
     deb = shutil.which("debootstrap")
-    checks.append(Check("debootstrap", deb is not None, deb or "absent (only needed to build the image)",
-                        "apt-get install -y debootstrap", required=False))
+    checks.append(
+        Check(
+            "debootstrap",
+            deb is not None,
+            deb or "absent (only needed to build the image)",
+            "apt-get install -y debootstrap",
+            required=False,
+        )
+    )
     checks += _client_checks(image)
     if need_gpu:
-        checks = [Check(c.name, c.ok, c.detail, c.fix, required=True) if c.name == "GPU runtime" else c
-                  for c in checks]
+        checks = [
+            Check(c.name, c.ok, c.detail, c.fix, required=True) if c.name == "GPU runtime" else c
+            for c in checks
+        ]
     return checks
 
 
@@ -111,13 +155,17 @@ def _doctor(args: argparse.Namespace) -> int:
     for column in ("check", "status", "detail", "fix"):
         table.add_column(column)
     for c in checks:
-        status = "[green]ok[/green]" if c.ok else "[red]missing[/red]" if c.required else "[yellow]warn[/yellow]"
+        status = (
+            "[green]ok[/green]" if c.ok else "[red]missing[/red]" if c.required else "[yellow]warn[/yellow]"
+        )
         table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
     console.print(table)
     blocking = [c for c in checks if c.required and not c.ok]
     if blocking:
-        err_console.print(f"the docker backend cannot run here: fix {', '.join(c.name for c in blocking)} "
-                          f"(see the fix column), then run `ratchet sandbox doctor` again")
+        err_console.print(
+            f"the docker backend cannot run here: fix {', '.join(c.name for c in blocking)} "
+            f"(see the fix column), then run `ratchet sandbox doctor` again"
+        )
         return EXIT_HARNESS
     console.print("the docker backend can run here")
     return 0
@@ -130,11 +178,19 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="sandbox_command", required=True, metavar="SUBCOMMAND")
     build = sub.add_parser("build", help="build the CPU image from Debian + this venv (no registry; cached)")
     build.add_argument("--tag", default=DEFAULT_TAG, help=f"image tag (default {DEFAULT_TAG})")
-    build.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
-                       help=f"debootstrap base and staging (default {DEFAULT_CACHE}; env RATCHET_SANDBOX_CACHE)")
-    build.add_argument("--force", action="store_true", help="rebuild even if an image with the same inputs exists")
+    build.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_CACHE,
+        help=f"debootstrap base and staging (default {DEFAULT_CACHE}; env RATCHET_SANDBOX_CACHE)",
+    )
+    build.add_argument(
+        "--force", action="store_true", help="rebuild even if an image with the same inputs exists"
+    )
     build.set_defaults(func=_build)
-    doctor = sub.add_parser("doctor", help="what the docker backend is missing and how to fix it (exit 3 if blocked)")
+    doctor = sub.add_parser(
+        "doctor", help="what the docker backend is missing and how to fix it (exit 3 if blocked)"
+    )
     doctor.add_argument("--image", default=DEFAULT_TAG, help=f"image to check (default {DEFAULT_TAG})")
     doctor.add_argument("--gpus", action="store_true", help="also require a GPU container runtime")
     doctor.set_defaults(func=_doctor)

@@ -17,17 +17,33 @@ PY = "/opt/ratchet/venv/bin/python"
 
 
 def _launch(tmp_path: Path, **kw: Any) -> Launch:
-    base = dict(name="cand", argv=(sys.executable, "-c", "pass", "--host", "127.0.0.1", "--port", "8000"),
-                workspace=tmp_path, env={"HOME": "/host/cache", "VLLM_CACHE_ROOT": "/host/cache/vllm",
-                                         "PATH": "/usr/bin", "VLLM_CPU_KVCACHE_SPACE": "1"},
-                port=8000, log_path=tmp_path / "s.log")
+    base = dict(
+        name="cand",
+        argv=(sys.executable, "-c", "pass", "--host", "127.0.0.1", "--port", "8000"),
+        workspace=tmp_path,
+        env={
+            "HOME": "/host/cache",
+            "VLLM_CACHE_ROOT": "/host/cache/vllm",
+            "PATH": "/usr/bin",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+        },
+        port=8000,
+        log_path=tmp_path / "s.log",
+    )
     base.update(kw)
     return Launch(**base)  # type: ignore[arg-type]
 
 
 def _args(launch: Launch, limits: Limits | None = None) -> dict[str, Any]:
-    return container_args(launch, image="img", image_python=PY, network="net", name="c", launch_id="id",
-                          limits=limits or launch.limits)
+    return container_args(
+        launch,
+        image="img",
+        image_python=PY,
+        network="net",
+        name="c",
+        launch_id="id",
+        limits=limits or launch.limits,
+    )
 
 
 def test_isolation_settings(tmp_path: Path) -> None:
@@ -50,8 +66,20 @@ def test_interpreter_host_and_env_are_mapped(tmp_path: Path) -> None:
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
 
 
-@pytest.mark.parametrize("key", ["LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT",
-                                 "BASH_ENV", "PYTHONPATH", "LD_AUDIT", "SOMETHING_ELSE"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONINSPECT",
+        "BASH_ENV",
+        "PYTHONPATH",
+        "LD_AUDIT",
+        "SOMETHING_ELSE",
+    ],
+)
 def test_env_outside_the_allowlist_is_refused(tmp_path: Path, key: str) -> None:
     launch = _launch(tmp_path, env={"HOME": "/h", key: "x"})
     with pytest.raises(LaunchFailed, match=key):

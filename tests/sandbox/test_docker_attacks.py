@@ -9,10 +9,7 @@ address a candidate tries is one of the host's own or another local container's.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +26,26 @@ from sandbox.docker_backend import LABEL, DockerBackend
 pytestmark = pytest.mark.docker
 
 
-def _serve(backend: DockerBackend, tree: Path, model: Path, log: Path, *argv: str,
-           timeout_s: float = 60, limits: Limits | None = None) -> Any:
+def _serve(
+    backend: DockerBackend,
+    tree: Path,
+    model: Path,
+    log: Path,
+    *argv: str,
+    timeout_s: float = 60,
+    limits: Limits | None = None,
+) -> Any:
     config = ServerConfig(model=model, startup_timeout_s=timeout_s)
-    return serve(backend, tree=tree, config=config, engine_args={}, log_path=log, cache_dir=log.parent / "cache",
-                 extra_argv=tuple(argv), limits=limits)
+    return serve(
+        backend,
+        tree=tree,
+        config=config,
+        engine_args={},
+        log_path=log,
+        cache_dir=log.parent / "cache",
+        extra_argv=tuple(argv),
+        limits=limits,
+    )
 
 
 def _report(server: Server) -> dict[str, Any]:
@@ -55,41 +67,9 @@ def backend(sandbox_image: str) -> DockerBackend:
     return DockerBackend(image=sandbox_image)
 
 
-@pytest.fixture
-def host_listener() -> Iterator[int]:
-    """A TCP listener on all host addresses, counting connections that reach it."""
-    sock = socket.socket()
-    sock.bind(("0.0.0.0", 0))
-    sock.listen(16)
-    sock.settimeout(0.2)
-    accepted: list[object] = []
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, peer = sock.accept()
-            except OSError:
-                continue
-            accepted.append(peer)
-            conn.close()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield sock.getsockname()[1]
-    stop.set()
-    thread.join(timeout=2)
-    sock.close()
-    assert accepted == [], f"a sandboxed candidate reached the host listener from {accepted}"
-
-
-def _host_ipv4() -> list[str]:
-    return sorted({a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-                   if a.family == socket.AF_INET and not a.address.startswith("127.")})
-
-
 def test_a_healthy_candidate_is_reachable_from_the_host_and_reports_docker(
-        backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
+    backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
     with _serve(backend, fake_tree, fake_model, tmp_path / "ok.log") as server:
         info = server.running.describe()
         assert server.evidence["isolation"] == "docker"
@@ -102,24 +82,42 @@ def test_a_healthy_candidate_is_reachable_from_the_host_and_reports_docker(
         assert "no-new-privileges" in host["SecurityOpt"]
         assert container.attrs["Config"]["User"] == "10001:10001"
         assert docker_client.networks.get(info["network"]).attrs["Internal"] is True
-        assert host["PortBindings"] in ({}, None)          # nothing published on the host's interfaces
+        assert host["PortBindings"] in ({}, None)  # nothing published on the host's interfaces
     _assert_removed(docker_client, "ok")
 
 
 def test_a_candidate_cannot_reach_the_host_other_candidates_or_the_outside(
-        backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path,
-        host_listener: int) -> None:
+    backend: DockerBackend,
+    docker_client: Any,
+    fake_tree: Path,
+    fake_model: Path,
+    tmp_path: Path,
+    host_listener: int,
+    host_ipv4: list[str],
+) -> None:
     with _serve(backend, fake_tree, fake_model, tmp_path / "peer.log") as peer:
         peer_target = peer.base_url.removeprefix("http://")
-        targets = [f"{ip}:{host_listener}" for ip in _host_ipv4()] + [peer_target]
-        with _serve(backend, fake_tree, fake_model, tmp_path / "net.log", "--attack", "network",
-                    "--host-port", str(host_listener), "--targets", ",".join(targets)) as server:
+        targets = [f"{ip}:{host_listener}" for ip in host_ipv4] + [peer_target]
+        with _serve(
+            backend,
+            fake_tree,
+            fake_model,
+            tmp_path / "net.log",
+            "--attack",
+            "network",
+            "--host-port",
+            str(host_listener),
+            "--targets",
+            ",".join(targets),
+        ) as server:
             report = _report(server)
             bridge = server.running.describe()["bridge"]
             rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True, check=True).stdout
             # Packets for anywhere beyond the bridge are dropped by docker's isolation rules
             # (internal network) and new connections to the host by the backend's INPUT rule.
-            assert re.search(rf"^-A DOCKER-ISOLATION-STAGE-1 ! -d \S+ -i {bridge} -j DROP$", rules, re.M), rules
+            assert re.search(rf"^-A DOCKER-ISOLATION-STAGE-1 ! -d \S+ -i {bridge} -j DROP$", rules, re.M), (
+                rules
+            )
             assert f"-A INPUT -i {bridge}" in rules
         # Reaching a peer through the host (its published base_url) is what the harness does; from
         # inside another candidate's container it must fail.
@@ -133,9 +131,17 @@ def test_a_candidate_cannot_reach_the_host_other_candidates_or_the_outside(
 
 
 def test_a_fork_bomb_is_contained_by_the_pids_limit(
-        backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
-    with _serve(backend, fake_tree, fake_model, tmp_path / "fork.log", "--attack", "fork",
-                limits=Limits(pids=64, memory_bytes=1 << 30)) as server:
+    backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
+    with _serve(
+        backend,
+        fake_tree,
+        fake_model,
+        tmp_path / "fork.log",
+        "--attack",
+        "fork",
+        limits=Limits(pids=64, memory_bytes=1 << 30),
+    ) as server:
         report = _report(server)
         host_pids = len(psutil.pids())
     assert report["fork_error"] == "EAGAIN" and report["forked"] < 64, report
@@ -145,10 +151,15 @@ def test_a_fork_bomb_is_contained_by_the_pids_limit(
 
 
 def test_unbounded_allocation_is_oom_killed_and_reported(
-        backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
+    backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
     log = tmp_path / "oom.log"
-    with pytest.raises(ServerCrashed, match="code 137") as caught, \
-            _serve(backend, fake_tree, fake_model, log, "--attack", "memory", limits=Limits(memory_bytes=256 << 20)):
+    with (
+        pytest.raises(ServerCrashed, match="code 137") as caught,
+        _serve(
+            backend, fake_tree, fake_model, log, "--attack", "memory", limits=Limits(memory_bytes=256 << 20)
+        ),
+    ):
         pass
     assert "allocated" in str(caught.value)
     assert "OOM-killed" in log.read_text()
@@ -157,10 +168,19 @@ def test_unbounded_allocation_is_oom_killed_and_reported(
 
 
 def test_writes_outside_tmp_and_home_fail_and_privileges_are_dropped(
-        backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
+    backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
     before = sorted(p.name for p in (fake_tree / "vllm").iterdir())
-    with _serve(backend, fake_tree, fake_model, tmp_path / "write.log", "--attack", "write",
-                "--model", str(fake_model)) as server:
+    with _serve(
+        backend,
+        fake_tree,
+        fake_model,
+        tmp_path / "write.log",
+        "--attack",
+        "write",
+        "--model",
+        str(fake_model),
+    ) as server:
         report = _report(server)
     for target in ("workspace", "workspace_edit", "image_site_packages", "etc_passwd", "root_dir", "model"):
         assert report[target] in ("EROFS", "EACCES"), (target, report)
@@ -174,9 +194,14 @@ def test_writes_outside_tmp_and_home_fail_and_privileges_are_dropped(
 
 
 def test_a_candidate_that_never_becomes_healthy_is_removed(
-        backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
-    with pytest.raises(ServerNotReady, match="not ready after 5 s"), \
-            _serve(backend, fake_tree, fake_model, tmp_path / "stuck.log", "--attack", "never_healthy", timeout_s=5):
+    backend: DockerBackend, docker_client: Any, fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
+    with (
+        pytest.raises(ServerNotReady, match="not ready after 5 s"),
+        _serve(
+            backend, fake_tree, fake_model, tmp_path / "stuck.log", "--attack", "never_healthy", timeout_s=5
+        ),
+    ):
         pass
     _assert_removed(docker_client, "stuck")
     _assert_next_candidate_runs(backend, fake_tree, fake_model, tmp_path)

@@ -26,23 +26,37 @@ def _world_readable(root: Path) -> None:
 
 
 def test_vllm_serves_the_tiny_model_from_the_workspace_inside_docker(
-        sandbox_image: str, docker_client: object, tmp_path: Path) -> None:
+    sandbox_image: str, docker_client: object, tmp_path: Path
+) -> None:
     from tests.tiny_random_model import write_random_gemma4
 
     model = tmp_path / "model"
     write_random_gemma4(model)
-    _world_readable(model)           # safetensors are written 0600; the sandbox user is uid 10001
+    _world_readable(model)  # safetensors are written 0600; the sandbox user is uid 10001
     ws = Workspace.create(tmp_path / "ws", serving={})
-    config = ServerConfig(model=model, engine_args={"enforce_eager": True, "max_model_len": 512, "dtype": "float32"},
-                          env={"VLLM_CPU_KVCACHE_SPACE": "1"}, startup_timeout_s=420)
+    config = ServerConfig(
+        model=model,
+        engine_args={"enforce_eager": True, "max_model_len": 512, "dtype": "float32"},
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        startup_timeout_s=420,
+    )
     log = tmp_path / "server.log"
-    with serve(DockerBackend(image=sandbox_image), tree=ws.root, config=config, engine_args=dict(config.engine_args),
-               log_path=log, cache_dir=tmp_path / "cache") as server:
+    with serve(
+        DockerBackend(image=sandbox_image),
+        tree=ws.root,
+        config=config,
+        engine_args=dict(config.engine_args),
+        log_path=log,
+        cache_dir=tmp_path / "cache",
+    ) as server:
         assert server.evidence["isolation"] == "docker"
         assert server.evidence["vllm_file"] == "/workspace/vllm/__init__.py"
         assert server.evidence["gemma4_sha256"] == server.evidence["host_gemma4_sha256"]
         assert httpx.get(f"{server.base_url}/health", timeout=10).status_code == 200
-        reply = httpx.post(f"{server.base_url}/v1/completions", timeout=120, json={
-            "model": server.model_name, "prompt": "t1 t2 t3 t4", "max_tokens": 4, "temperature": 0})
+        reply = httpx.post(
+            f"{server.base_url}/v1/completions",
+            timeout=120,
+            json={"model": server.model_name, "prompt": "t1 t2 t3 t4", "max_tokens": 4, "temperature": 0},
+        )
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] == 4

@@ -16,19 +16,28 @@ from harness.config import ServerConfig
 from harness.errors import ServerNotReady
 from harness.server import serve
 from sandbox.local import LocalBackend
-from tests.sandbox.test_docker_attacks import _host_ipv4, host_listener  # noqa: F401 - fixture
 
 if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "bwrap", "iptables")):
     if os.environ.get("CI"):
-        pytest.fail("local netns tests need root, iproute2, bubblewrap and iptables (apt-get install -y "
-                    "bubblewrap iptables)", pytrace=False)
+        pytest.fail(
+            "local netns tests need root, iproute2, bubblewrap and iptables (apt-get install -y "
+            "bubblewrap iptables)",
+            pytrace=False,
+        )
     pytest.skip("needs root, ip, bwrap, iptables", allow_module_level=True)
 
 
 def _serve(tree: Path, model: Path, log: Path, *argv: str, timeout_s: float = 60) -> Any:
     config = ServerConfig(model=model, startup_timeout_s=timeout_s)
-    return serve(LocalBackend(isolation="netns"), tree=tree, config=config, engine_args={}, log_path=log,
-                 cache_dir=log.parent / "cache", extra_argv=tuple(argv))
+    return serve(
+        LocalBackend(isolation="netns"),
+        tree=tree,
+        config=config,
+        engine_args={},
+        log_path=log,
+        cache_dir=log.parent / "cache",
+        extra_argv=tuple(argv),
+    )
 
 
 def _netns_names() -> str:
@@ -36,12 +45,22 @@ def _netns_names() -> str:
 
 
 def test_a_netns_candidate_is_reachable_but_reaches_nothing(
-        fake_tree: Path, fake_model: Path, tmp_path: Path, host_listener: int) -> None:  # noqa: F811
+    fake_tree: Path, fake_model: Path, tmp_path: Path, host_listener: int, host_ipv4: list[str]
+) -> None:  # noqa: F811
     with _serve(fake_tree, fake_model, tmp_path / "peer.log") as peer:
         peer_target = peer.base_url.removeprefix("http://")
-        targets = [f"{ip}:{host_listener}" for ip in _host_ipv4()] + [peer_target]
-        with _serve(fake_tree, fake_model, tmp_path / "net.log", "--attack", "network",
-                    "--host-port", str(host_listener), "--targets", ",".join(targets)) as server:
+        targets = [f"{ip}:{host_listener}" for ip in host_ipv4] + [peer_target]
+        with _serve(
+            fake_tree,
+            fake_model,
+            tmp_path / "net.log",
+            "--attack",
+            "network",
+            "--host-port",
+            str(host_listener),
+            "--targets",
+            ",".join(targets),
+        ) as server:
             assert server.evidence["isolation"] == "local-netns+bwrap"
             report = httpx.get(f"{server.base_url}/report", timeout=10).json()
             name = server.running.describe()["netns"]["name"]  # type: ignore[index]
@@ -53,8 +72,11 @@ def test_a_netns_candidate_is_reachable_but_reaches_nothing(
 
 
 def test_a_netns_candidate_cannot_write_the_host_or_see_its_sockets(
-        fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
-    with _serve(fake_tree, fake_model, tmp_path / "write.log", "--attack", "write", "--model", str(fake_model)) as s:
+    fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
+    with _serve(
+        fake_tree, fake_model, tmp_path / "write.log", "--attack", "write", "--model", str(fake_model)
+    ) as s:
         report = httpx.get(f"{s.base_url}/report", timeout=10).json()
     for target in ("workspace", "workspace_edit", "image_site_packages", "etc_passwd", "root_dir", "model"):
         assert report[target] in ("EROFS", "EACCES"), (target, report)
@@ -66,7 +88,9 @@ def test_a_netns_candidate_cannot_write_the_host_or_see_its_sockets(
 
 def test_a_stuck_netns_candidate_is_cleaned_up(fake_tree: Path, fake_model: Path, tmp_path: Path) -> None:
     before = _netns_names()
-    with pytest.raises(ServerNotReady), _serve(fake_tree, fake_model, tmp_path / "stuck.log", "--attack",
-                                               "never_healthy", timeout_s=3):
+    with (
+        pytest.raises(ServerNotReady),
+        _serve(fake_tree, fake_model, tmp_path / "stuck.log", "--attack", "never_healthy", timeout_s=3),
+    ):
         pass
     assert _netns_names() == before

@@ -11,7 +11,7 @@ import pytest
 from sandbox.errors import PatchRejected, WorkspaceError
 from sandbox.workspace import Workspace
 
-MODEL = '''def forward(x):
+MODEL = """def forward(x):
     y = x * 2
     return y
 
@@ -22,7 +22,7 @@ def helper():
 
 def other():
     return 1
-'''
+"""
 
 
 @pytest.fixture
@@ -49,20 +49,32 @@ def _diff(old: str, new: str, body: str = "@@ -1 +1 @@\n-a\n+b\n", extra: str = 
     return f"diff --git a/{old} b/{new}\n{extra}--- a/{old}\n+++ b/{new}\n{body}"
 
 
-@pytest.mark.parametrize(("patch", "why"), [
-    (_diff("../outside.py", "../outside.py"), "leaves the workspace"),
-    (_diff("pkg/../../outside.py", "pkg/../../outside.py"), "leaves the workspace"),
-    ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "absolute"),
-    ("diff --git a/pkg/link b/pkg/link\nnew file mode 120000\n--- /dev/null\n+++ b/pkg/link\n"
-     "@@ -0,0 +1 @@\n+/etc/passwd\n", "symlink"),
-    ("diff --git a/pkg/model.py b/../model.py\nsimilarity index 100%\nrename from pkg/model.py\n"
-     "rename to ../model.py\n", "leaves the workspace"),
-    ("diff --git a/pkg/kernel.so b/pkg/kernel.so\nindex 1111111..2222222 100644\nGIT binary patch\n"
-     "literal 3\nKcmZ>Y&;S4c\n\n", "binary hunk"),
-    ("diff --git a/pkg/model.py b/pkg/model.py\nold mode 100644\nnew mode 100755\n", "mode change"),
-    (_diff(".git/config", ".git/config"), "inside .git"),
-    ("", "empty patch"),
-])
+@pytest.mark.parametrize(
+    ("patch", "why"),
+    [
+        (_diff("../outside.py", "../outside.py"), "leaves the workspace"),
+        (_diff("pkg/../../outside.py", "pkg/../../outside.py"), "leaves the workspace"),
+        ("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", "absolute"),
+        (
+            "diff --git a/pkg/link b/pkg/link\nnew file mode 120000\n--- /dev/null\n+++ b/pkg/link\n"
+            "@@ -0,0 +1 @@\n+/etc/passwd\n",
+            "symlink",
+        ),
+        (
+            "diff --git a/pkg/model.py b/../model.py\nsimilarity index 100%\nrename from pkg/model.py\n"
+            "rename to ../model.py\n",
+            "leaves the workspace",
+        ),
+        (
+            "diff --git a/pkg/kernel.so b/pkg/kernel.so\nindex 1111111..2222222 100644\nGIT binary patch\n"
+            "literal 3\nKcmZ>Y&;S4c\n\n",
+            "binary hunk",
+        ),
+        ("diff --git a/pkg/model.py b/pkg/model.py\nold mode 100644\nnew mode 100755\n", "mode change"),
+        (_diff(".git/config", ".git/config"), "inside .git"),
+        ("", "empty patch"),
+    ],
+)
 def test_an_unsafe_patch_is_rejected_and_leaves_the_tree_clean(ws: Workspace, patch: str, why: str) -> None:
     head = ws.head()
     with pytest.raises(PatchRejected, match=why):
@@ -107,16 +119,21 @@ def test_search_replace_exact_match_gives_the_same_diff_as_the_unified_diff(ws: 
 
 
 def test_search_replace_in_a_fenced_reply_with_several_blocks(ws: Workspace) -> None:
-    reply = ("Here is the change:\n\n```python\npkg/model.py\n<<<<<<< SEARCH\n    y = x * 2\n=======\n"
-             "    y = x + x\n>>>>>>> REPLACE\n```\n\n```python\npkg/model.py\n<<<<<<< SEARCH\n"
-             "def helper():\n    return 1\n=======\ndef helper():\n    return 2\n>>>>>>> REPLACE\n```\n")
+    reply = (
+        "Here is the change:\n\n```python\npkg/model.py\n<<<<<<< SEARCH\n    y = x * 2\n=======\n"
+        "    y = x + x\n>>>>>>> REPLACE\n```\n\n```python\npkg/model.py\n<<<<<<< SEARCH\n"
+        "def helper():\n    return 1\n=======\ndef helper():\n    return 2\n>>>>>>> REPLACE\n```\n"
+    )
     diff = ws.apply_search_replace(reply)
     assert "+    y = x + x" in diff and "+    return 2" in diff
 
 
 def test_search_replace_tolerates_trailing_whitespace_and_indentation(ws: Workspace) -> None:
     # The SEARCH lost its indentation and gained trailing spaces; the replacement is re-indented.
-    blocks = "pkg/model.py\n<<<<<<< SEARCH\ny = x * 2   \nreturn y\n=======\ny = x + x\nreturn y\n>>>>>>> REPLACE\n"
+    blocks = (
+        "pkg/model.py\n<<<<<<< SEARCH\ny = x * 2   \nreturn y\n=======\n"
+        "y = x + x\nreturn y\n>>>>>>> REPLACE\n"
+    )
     ws.apply_search_replace(blocks)
     assert (ws.root / "pkg" / "model.py").read_text() == MODEL.replace("x * 2", "x + x")
 
@@ -127,17 +144,20 @@ def test_search_replace_with_an_empty_search_creates_a_file(ws: Workspace) -> No
     assert (ws.root / "pkg" / "new_kernel.py").read_text() == "VALUE = 3\n"
 
 
-@pytest.mark.parametrize(("blocks", "why"), [
-    ("../evil.py\n<<<<<<< SEARCH\n=======\nx\n>>>>>>> REPLACE\n", "leaves the workspace"),
-    ("/etc/passwd\n<<<<<<< SEARCH\nroot\n=======\nx\n>>>>>>> REPLACE\n", "absolute"),
-    (".git/hooks/pre-commit\n<<<<<<< SEARCH\n=======\nx\n>>>>>>> REPLACE\n", "inside .git"),
-    ("pkg/model.py\n<<<<<<< SEARCH\nnot there\n=======\nx\n>>>>>>> REPLACE\n", "not found"),
-    ("pkg/model.py\n<<<<<<< SEARCH\n    return 1\n=======\nx\n>>>>>>> REPLACE\n", "matches 2 places"),
-    ("pkg/model.py\n<<<<<<< SEARCH\nx\n=======\ny\n", "not closed"),
-    ("pkg/missing.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n", "does not exist"),
-    ("pkg/kernel.so\n<<<<<<< SEARCH\nELF\n=======\nFLE\n>>>>>>> REPLACE\n", "not UTF-8|not found"),
-    ("just prose, no blocks", "no SEARCH/REPLACE blocks"),
-])
+@pytest.mark.parametrize(
+    ("blocks", "why"),
+    [
+        ("../evil.py\n<<<<<<< SEARCH\n=======\nx\n>>>>>>> REPLACE\n", "leaves the workspace"),
+        ("/etc/passwd\n<<<<<<< SEARCH\nroot\n=======\nx\n>>>>>>> REPLACE\n", "absolute"),
+        (".git/hooks/pre-commit\n<<<<<<< SEARCH\n=======\nx\n>>>>>>> REPLACE\n", "inside .git"),
+        ("pkg/model.py\n<<<<<<< SEARCH\nnot there\n=======\nx\n>>>>>>> REPLACE\n", "not found"),
+        ("pkg/model.py\n<<<<<<< SEARCH\n    return 1\n=======\nx\n>>>>>>> REPLACE\n", "matches 2 places"),
+        ("pkg/model.py\n<<<<<<< SEARCH\nx\n=======\ny\n", "not closed"),
+        ("pkg/missing.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n", "does not exist"),
+        ("pkg/kernel.so\n<<<<<<< SEARCH\nELF\n=======\nFLE\n>>>>>>> REPLACE\n", "not UTF-8|not found"),
+        ("just prose, no blocks", "no SEARCH/REPLACE blocks"),
+    ],
+)
 def test_a_bad_search_replace_is_rejected(ws: Workspace, blocks: str, why: str) -> None:
     with pytest.raises(PatchRejected, match=why):
         ws.apply_search_replace(blocks)
@@ -151,6 +171,7 @@ def test_search_replace_through_a_symlink_is_rejected(ws: Workspace, tmp_path: P
     os.symlink(outside, ws.root / "pkg" / "escape")
     ws.commit("a symlink that an earlier step let in")
     with pytest.raises(PatchRejected, match="symlink"):
-        ws.apply_search_replace("pkg/escape/target.py\n<<<<<<< SEARCH\nsecret = 1\n=======\nsecret = 2\n"
-                                ">>>>>>> REPLACE\n")
+        ws.apply_search_replace(
+            "pkg/escape/target.py\n<<<<<<< SEARCH\nsecret = 1\n=======\nsecret = 2\n>>>>>>> REPLACE\n"
+        )
     assert (outside / "target.py").read_text() == "secret = 1\n"

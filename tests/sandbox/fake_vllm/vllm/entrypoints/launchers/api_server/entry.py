@@ -67,7 +67,7 @@ def attack_fork(args: argparse.Namespace) -> None:
 def attack_memory(args: argparse.Namespace) -> None:
     hoard = []
     while True:
-        hoard.append(bytearray(64 << 20))      # touched: bytearray zero-fills
+        hoard.append(bytearray(64 << 20))  # touched: bytearray zero-fills
         print(f"ATTACK allocated {len(hoard) * 64} MiB", flush=True)
 
 
@@ -94,7 +94,9 @@ def attack_write(args: argparse.Namespace) -> None:  # also reports uid, capabil
     with open("/proc/self/status") as f:
         status = dict(line.split(":", 1) for line in f if ":" in line)
     REPORT["uid"] = os.getuid()
-    REPORT["docker_sock_visible"] = os.path.exists("/var/run/docker.sock") or os.path.exists("/run/docker.sock")
+    REPORT["docker_sock_visible"] = os.path.exists("/var/run/docker.sock") or os.path.exists(
+        "/run/docker.sock"
+    )
     REPORT["cap_eff"] = status["CapEff"].strip()
     REPORT["no_new_privs"] = status.get("NoNewPrivs", "?").strip()
 
