@@ -91,6 +91,7 @@ DEMO_CONFIG: dict[str, Any] = {
     "keep_recent_messages": 4,
     "read_max_lines": 60,
     "tool_result_max_chars": 3_000,
+    "tool_results_as": "user",  # chatml-function-calling drops role=tool messages from the prompt
 }
 
 

@@ -107,9 +107,13 @@ class LLMProposer:
                     )
                 messages.append({"role": "user", "content": NUDGE})
                 continue
+            as_user: list[str] = []
             for call in calls:
                 outcome = box.dispatch(call["function"]["name"], call["function"]["arguments"])
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": outcome.content})
+                if cfg.tool_results_as == "tool":
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": outcome.content})
+                else:
+                    as_user.append(f"Result of functions.{call['function']['name']}:\n{outcome.content}")
                 if not outcome.ok:
                     tools.note(
                         "llm.tool_error",
@@ -122,6 +126,8 @@ class LLMProposer:
                     )
                 if outcome.final is not None:
                     return self._end(tools, box, outcome.final, turn)
+            if as_user:
+                messages.append({"role": "user", "content": "\n\n".join(as_user)})
         return self._end(
             tools,
             box,

@@ -47,6 +47,12 @@ class LLMConfig(BaseModel):
     tool_choice: Literal["auto", "required"] = Field(
         default="auto", description="'required' forces a tool call each turn where the server supports it."
     )
+    tool_results_as: Literal["tool", "user"] = Field(
+        default="tool",
+        description="How tool results go back: 'tool' messages (the OpenAI protocol), or one 'user' message "
+        "per turn for servers whose chat template drops tool messages (llama-cpp-python's "
+        "chatml-function-calling).",
+    )
     send_seed: bool = Field(
         default=True,
         description="Send a seed drawn from the iteration's rng (reproducibility "

@@ -43,7 +43,7 @@ def compact(messages: list[dict[str, Any]], *, max_chars: int, keep_recent: int)
         return 0
     changed = 0
     middle = range(_HEAD, max(_HEAD, len(messages) - keep_recent))
-    for role in ("tool", "assistant"):
+    for role in ("tool", "user", "assistant"):  # user: tool results sent as user messages
         for i in middle:
             if size <= max_chars:
                 return changed
@@ -55,7 +55,7 @@ def compact(messages: list[dict[str, Any]], *, max_chars: int, keep_recent: int)
                 or "summarised to save context" in text[:60]
             ):
                 continue
-            new = _summary(text, "tool result" if role == "tool" else "earlier reply")
+            new = _summary(text, {"tool": "tool result", "user": "message"}.get(role, "earlier reply"))
             msg["content"] = new
             size -= len(text) - len(new)
             changed += 1

@@ -261,6 +261,22 @@ def test_tool_calls_without_ids_still_get_answered() -> None:
     assert server.tool_results(2)[-1] == "No profile was taken for the incumbent."
 
 
+def test_tool_results_can_go_back_as_one_user_message_for_lenient_templates() -> None:
+    script: list[Entry] = [
+        reply(call("view_metrics"), call("read_file", path="nope.py")),
+        reply(call("give_up", reason="r")),
+    ]
+    with ScriptedOpenAIServer(script) as server:
+        propose(server, tool_results_as="user")
+    messages = server.requests[1]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[-1]["content"].startswith("Result of functions.view_metrics:")
+    assert (
+        "Result of functions.read_file:\nERROR: read_file failed: FileNotFoundError"
+        in messages[-1]["content"]
+    )
+
+
 def test_long_files_are_read_in_pages_with_a_note() -> None:
     fake = FakeTools(files={"vllm/big.py": "".join(f"x{i} = {i}\n" for i in range(1, 1001))})
     script: list[Entry] = [
