@@ -27,7 +27,7 @@ from agent.errors import BudgetExhausted, ProposerError
 from agent.proposers.llm_config import LLMConfig
 from agent.proposers.llm_context import compact, conversation_chars
 from agent.proposers.llm_prompt import NUDGE, render_state, system_prompt
-from agent.proposers.llm_tools import TOOL_SCHEMAS, ToolBox
+from agent.proposers.llm_tools import TOOL_SCHEMAS, ToolBox, calls_in_text
 
 __all__ = ["LLMProposer", "LLMConfig"]
 
@@ -75,6 +75,17 @@ class LLMProposer:
             )
             response = self._complete(messages, tools, rng=rng, turn=turn)
             reply = _assistant_message(response, turn)
+            if not reply.get("tool_calls") and cfg.parse_text_tool_calls:
+                found = calls_in_text(reply["content"])
+                if found:  # sent back as structured calls so the tool results pair with them
+                    reply["tool_calls"] = [
+                        {
+                            "id": f"text_call_{turn}_{k}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": args},
+                        }
+                        for k, (name, args) in enumerate(found)
+                    ]
             usage = _usage(response, messages, reply)
             calls = reply.get("tool_calls") or []
             tools.note(

@@ -53,6 +53,11 @@ class LLMConfig(BaseModel):
         "per turn for servers whose chat template drops tool messages (llama-cpp-python's "
         "chatml-function-calling).",
     )
+    parse_text_tool_calls: bool = Field(
+        default=True,
+        description="Take tool calls that a server left in the reply text (hermes <tool_call> tags, or a "
+        "reply that is one JSON object naming a tool) as calls, for servers started without a tool parser.",
+    )
     send_seed: bool = Field(
         default=True,
         description="Send a seed drawn from the iteration's rng (reproducibility "

@@ -13,6 +13,7 @@ checks come back as text so the conversation goes on.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from agent.proposers.llm_config import LLMConfig
 from agent.proposers.llm_prompt import render_metrics, render_serving
 from sandbox.errors import SandboxError
 
-__all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome"]
+__all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome", "calls_in_text"]
 
 # Failures a Tools call may raise that the model should hear about (anything else is a bug: it propagates).
 _TOOL_ERRORS = (AgentError, SandboxError, OSError, ValueError, LookupError, subprocess.SubprocessError)
@@ -267,6 +268,30 @@ class ToolBox:
 
     def _give_up(self, args: GiveUpArgs) -> ToolOutcome:
         return ToolOutcome("Understood.", final=GiveUp(reason=f"model gave up: {args.reason.strip()}"))
+
+
+_TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+
+
+def calls_in_text(text: str) -> list[tuple[str, str]]:
+    """(name, JSON arguments) of tool calls a server left in the reply text: hermes-style
+    `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` tags, or the whole reply (optionally in a
+    ``` fence) being one such object. Only names of our tools count; anything else is plain text."""
+    stripped = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    candidates = _TAGGED.findall(text) or ([stripped] if stripped.startswith("{") else [])
+    calls = []
+    for candidate in candidates:
+        try:
+            obj = json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(obj, dict):
+            continue
+        name = str(obj.get("name", "")).removeprefix("functions.")
+        args = obj.get("arguments", obj.get("parameters", {}))
+        if name in _DESCRIPTIONS:
+            calls.append((name, args if isinstance(args, str) else json.dumps(args)))
+    return calls
 
 
 def _parse_arguments(raw: str | None) -> dict[str, Any]:

@@ -248,6 +248,20 @@ def test_plain_text_and_refusals_get_nudges_then_give_up() -> None:
     assert "Reply with a tool call" in server.requests[1]["messages"][-1]["content"]
 
 
+def test_tool_calls_left_in_the_reply_text_are_taken_as_calls() -> None:
+    script: list[Entry] = [
+        say(
+            'Let me look.\n<tool_call>{"name": "list_files", "arguments": {"directory": "vllm"}}</tool_call>'
+        ),
+        say('```json\n{"name": "give_up", "arguments": {"reason": "text call"}}\n```'),
+    ]
+    with ScriptedOpenAIServer(script) as server:
+        result = propose(server)
+    assert result == GiveUp("model gave up: text call")
+    assert server.requests[1]["messages"][2]["tool_calls"][0]["function"]["name"] == "list_files"
+    assert server.tool_results(1) == ["vllm/model_executor/\nvllm/secret/"]
+
+
 def test_tool_calls_without_ids_still_get_answered() -> None:
     script: list[Entry] = [
         reply(call("view_metrics", id="")),
