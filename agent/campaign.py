@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from agent.base import Proposer
 from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
@@ -113,6 +115,21 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
 
+def reap_leftovers(log_dir: Path) -> list[int]:
+    """Kill servers a crashed campaign left behind: they run with their working directory inside the
+    campaign's runs/ folder (and in their own sessions, so the crash did not take them down)."""
+    runs = (log_dir / "runs").resolve()
+    killed = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if Path(proc.cwd()).resolve().is_relative_to(runs):
+                proc.kill()
+                killed.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return killed
+
+
 def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
                     backend_for: Callable[[CampaignSpec], Backend], on_event: Event = lambda k, d: None) -> CampaignEnd:
     log_dir = log_dir.resolve()
@@ -121,13 +138,14 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         raise CampaignError(f"campaign {journal.campaign} already ended; start a new one with `ratchet run`")
     spec = CampaignSpec.model_validate(journal.spec)
     policy = load_policy(spec.policy)
+    leftovers = reap_leftovers(log_dir)
     with AuditWriter.open(log_dir, campaign=journal.campaign) as writer:
         ws = Workspace.open(journal.workspace, spec.target.package)
         ws.repo.git.worktree("prune")
         ws.repo.git.checkout("-q", "-f", journal.branch)
         ws.reset(journal.incumbent_ref)
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))
-        writer.append("campaign.resume", payload={"incumbent": journal.incumbent_ref,
+        writer.append("campaign.resume", payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
                                                   "next_iteration": max(journal.last_iteration,
                                                                         journal.open_iteration or 0) + 1})
         backend = backend_for(spec)

@@ -1,0 +1,146 @@
+"""Whole campaigns on real vLLM (CPU) with the trained tiny Gemma 4: a scripted LLM agent over real
+HTTP, and a search campaign killed with SIGKILL and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import git
+import pytest
+
+from audit.reader import payload_of, read_records
+from tests.conftest import ROOT, TINY_MODEL
+from tests.fakes import ScriptedOpenAIServer, call, reply, say
+
+PLANTED = TINY_MODEL / "planted"
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def _held_subset(tmp_path: Path, n: int = 12) -> Path:
+    lines = (ROOT / "experiments" / "prompts" / "gemma4-tiny-parity.jsonl").read_text().splitlines()
+    path = tmp_path / "held.jsonl"
+    path.write_text("\n".join(lines[:: max(1, len(lines) // n)][:n]) + "\n")
+    return path
+
+
+def _spec(tmp_path: Path, proposer: str, budget: str) -> Path:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"""
+schema_version: 1
+name: it-{proposer}
+server:
+  model: {TINY_MODEL}
+  engine_args: {{enforce_eager: true, dtype: float32, max_model_len: 2048, max_num_seqs: 1}}
+  env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
+  startup_timeout_s: 400
+benchmark: {{input_lens: [64], output_lens: [16], prefill: false, num_prompts: 16, max_concurrency: 8,
+             num_warmups: 1, repeats: 3}}
+parity: {{prompts: {_held_subset(tmp_path)}, max_tokens: 32}}
+final_comparison: false
+{proposer}
+budget: {budget}
+""")
+    return spec
+
+
+def _run(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _results(log_dir: Path) -> dict[int, dict[str, object]]:
+    return {int(r["iteration"]): payload_of(log_dir, r) for r in read_records(log_dir) if r["kind"] == "iteration.result"}
+
+
+def _serving_patch(old: int, new: int) -> str:
+    return ("diff --git a/serving.yaml b/serving.yaml\n--- a/serving.yaml\n+++ b/serving.yaml\n"
+            "@@ -2,3 +2,3 @@\n enforce_eager: true\n max_model_len: 2048\n"
+            f"-max_num_seqs: {old}\n+max_num_seqs: {new}\n")
+
+
+def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_budget(tmp_path: Path) -> None:
+    bench_edit = ("diff --git a/vllm/benchmarks/serve.py b/vllm/benchmarks/serve.py\n--- a/vllm/benchmarks/serve.py\n"
+                  "+++ b/vllm/benchmarks/serve.py\n@@ -1,1 +1,2 @@\n+# report twice the throughput\n")
+    script = [
+        # iteration 1: a good serving-config patch -> accepted
+        reply(call("view_metrics")),
+        reply(call("propose_patch", hypothesis="Batch up to 8 sequences instead of 1: decode steps amortise "
+                   "per-step overhead; expect >2x on in64/out16", patch=_serving_patch(1, 8), format="diff",
+                   predicted_speedup=3.0, target_cells=["in64/out16"])),
+        reply(call("submit")),
+        # iteration 2: a parity-breaking patch (PLE scale changed) -> rejected with the divergence diagnosis
+        reply(call("propose_patch", hypothesis="Fold the PLE scale into the projection",
+                   patch=(PLANTED / "ple-scale-changed.patch").read_text(), format="diff", predicted_speedup=1.05)),
+        reply(call("submit")),
+        # iteration 3: an edit of the benchmark client (denied by the gate), garbage, then giving up
+        reply(call("propose_patch", hypothesis="speed up the client", patch=bench_edit, format="diff")),
+        reply(call("read_file", '{"path": "vllm/model_executor/models/gemma4.py"')),    # malformed JSON
+        reply(call("teleport", directory="/")),                                          # unknown tool
+        say("I cannot help with that."),
+        reply(call("give_up", reason="nothing safe left to try")),
+        # iteration 4: a reply whose usage blows the token budget -> the campaign stops cleanly
+        reply(call("view_metrics"), prompt_tokens=400_000, completion_tokens=10),
+    ]
+    with ScriptedOpenAIServer(script) as server:
+        proposer = (f"proposer: {{kind: llm, llm: {{base_url: '{server.base_url}', model: scripted, max_turns: 8, "
+                    f"backoff_s: 0, retry_rounds: 1}}}}")
+        spec = _spec(tmp_path, proposer, "{max_iterations: 6, llm_tokens: 300000, wall_seconds: 3600}")
+        proc = _run("run", str(spec), "--log-dir", str(tmp_path / "logs"), "--workspaces", str(tmp_path / "ws"))
+        requests = server.requests
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (log_dir,) = (tmp_path / "logs").iterdir()
+    results = _results(log_dir)
+    assert [results[i]["outcome"] for i in sorted(results)] == ["accepted", "parity-broken", "invalid"]
+    assert results[1]["speedup"] > 1.5 and results[1]["ci_low"] > 1.02
+    assert "real divergence" in str(results[2]["reason"]) and "reference margin" in str(results[2]["reason"])
+    records = read_records(log_dir)
+    denied = [r for r in records if r["kind"] == "action" and r.get("rule") == "deny-benchmarks"]
+    assert denied and denied[0]["decision"] == "deny"
+    assert any("deny-benchmarks" in json.dumps(body) for body in requests)   # the model was told why
+    end = payload_of(log_dir, next(r for r in records if r["kind"] == "campaign.end"))
+    assert "budget exhausted" in end["stop_reason"] and "llm_tokens" in end["stop_reason"]
+    assert end["accepted"] == [1]
+    verify = _run("audit", "verify", str(log_dir), timeout=300)
+    assert verify.returncode == 0 and f"verified {len(records)} records" in verify.stdout
+    start = payload_of(log_dir, records[1])
+    repo = git.Repo(start["workspace"])
+    head = repo.commit(start["branch"])
+    assert "Ratchet-Speedup:" in head.message and "Ratchet-Parity:" in head.message
+    assert "max_num_seqs: 8" in repo.git.show(f"{head.hexsha}:serving.yaml")
+    assert head.parents[0].hexsha == start["base_commit"]      # exactly one accepted commit on the branch
+
+
+def test_a_campaign_killed_mid_iteration_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
+    proposer = "proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8]}}}"
+    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}")
+    proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", str(spec), "--log-dir", str(tmp_path / "logs"),
+                             "--workspaces", str(tmp_path / "ws")], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 900
+    log_dir = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        logs = list((tmp_path / "logs").glob("*/log.jsonl"))
+        if logs and '"iteration.patch"' in logs[0].read_text():
+            log_dir = logs[0].parent
+            break
+        time.sleep(1)
+    assert log_dir is not None, "the campaign never reached iteration 1's patch"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = read_records(log_dir)
+    resumed = _run("resume", str(log_dir))
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    after = read_records(log_dir)
+    assert after[: len(before)] == before                                  # nothing recorded was lost or changed
+    assert [r["seq"] for r in after] == list(range(len(after)))            # no gap, no duplicate
+    results = _results(log_dir)
+    assert sorted(results) == [1, 2]                                       # one result per iteration
+    assert results[1]["outcome"] == "failed" and "interrupted" in str(results[1]["reason"])
+    assert results[2]["outcome"] in ("accepted", "rejected")
+    assert _run("audit", "verify", str(log_dir), timeout=300).returncode == 0
