@@ -524,3 +524,23 @@ def leftover_containers(client: Any, launch_id: str | None = None) -> list[Any]:
     """Containers (any state) that the backend created, optionally for one launch id."""
     label = f"{LABEL}.id={launch_id}" if launch_id else LABEL
     return list(client.containers.list(all=True, filters={"label": label}))
+
+
+def prune(client: Any) -> dict[str, int]:
+    """Remove what a killed harness left behind: labelled containers and networks, and their host
+    firewall rules (comment `ratchet:<network>`). Returns how many of each were removed."""
+    containers = leftover_containers(client)
+    for container in containers:
+        _remove_quietly(container.remove, force=True, v=True)
+    networks = client.networks.list(filters={"label": LABEL})
+    rules = 0
+    listing = subprocess.run(
+        ["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30
+    )
+    for network in networks:
+        bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name", "")
+        if bridge and f"ratchet:{network.name}" in listing.stdout:
+            _firewall("-D", bridge, f"ratchet:{network.name}")
+            rules += 1
+        _remove_quietly(network.remove)
+    return {"containers": len(containers), "networks": len(networks), "firewall_rules": rules}

@@ -13,6 +13,7 @@ runs as uid 0 (without capabilities) and can read what root can read; no memory/
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import secrets
@@ -66,10 +67,8 @@ class LocalRunning:
         pgid = self.process.pid
         leftovers = _group_members(pgid)
         _signal_group(pgid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
         _signal_group(pgid, signal.SIGKILL)
         try:
             self.process.wait(timeout=5)
@@ -77,10 +76,8 @@ class LocalRunning:
             pass
         # Children that left the group (setsid) are still tracked by pid.
         for proc in leftovers:
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
-            except psutil.Error:
-                pass
         if self._cleanup is not None:
             self._cleanup()
 
@@ -93,18 +90,14 @@ def _group_members(pgid: int) -> list[psutil.Process]:
                 members.append(proc)
         except (ProcessLookupError, psutil.Error, OSError):
             continue
-    try:
+    with contextlib.suppress(psutil.Error):
         members.extend(psutil.Process(pgid).children(recursive=True))
-    except psutil.Error:
-        pass
     return members
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _ip(*args: str) -> None:

@@ -92,6 +92,18 @@ def _client_checks(image: str) -> list[Check]:
             required=False,
         )
     )
+    from sandbox.docker_backend import leftover_containers
+
+    left = leftover_containers(client)
+    checks.append(
+        Check(
+            "leftovers",
+            not left,
+            f"{len(left)} sandbox container(s) exist" if left else "none",
+            "ratchet sandbox prune (only while no campaign is running)",
+            required=False,
+        )
+    )
     runtimes = client.info().get("Runtimes", {})
     gpu = "nvidia" in runtimes or shutil.which("nvidia-container-runtime-hook") is not None
     checks.append(
@@ -171,6 +183,15 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+@cli_errors
+def _prune(args: argparse.Namespace) -> int:
+    from sandbox.docker_backend import connect, prune
+
+    removed = prune(connect())
+    console.print(", ".join(f"{n} {what}" for what, n in removed.items()) + " removed")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     from sandbox.image_build import DEFAULT_CACHE, DEFAULT_TAG
 
@@ -194,3 +215,8 @@ def register(subparsers: Any) -> None:
     doctor.add_argument("--image", default=DEFAULT_TAG, help=f"image to check (default {DEFAULT_TAG})")
     doctor.add_argument("--gpus", action="store_true", help="also require a GPU container runtime")
     doctor.set_defaults(func=_doctor)
+    prune = sub.add_parser(
+        "prune",
+        help="remove sandbox containers, networks and firewall rules (run only while no campaign runs)",
+    )
+    prune.set_defaults(func=_prune)
