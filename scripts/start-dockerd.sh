@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Start dockerd in the background if it is not answering; install docker.io (Debian) if absent.
-# Idempotent: a second call with a healthy daemon returns at once. CI calls it before `-m docker` tests.
+# Start dockerd in the background if it is not answering. Installs from Debian what the sandbox needs
+# when absent: docker.io + iptables (docker backend), debootstrap (`ratchet sandbox build`), bubblewrap
+# (the local backend's netns isolation). Idempotent: with everything present and a healthy daemon it
+# returns at once. `./setup.sh test` (and so CI) calls it.
 #
 #   scripts/start-dockerd.sh            # log: /var/log/ratchet-dockerd.log
 #   DOCKERD_WAIT_S=60 scripts/start-dockerd.sh
 set -euo pipefail
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
 WAIT_S="${DOCKERD_WAIT_S:-60}"
 LOG="${DOCKERD_LOG:-/var/log/ratchet-dockerd.log}"
@@ -14,16 +17,20 @@ if [ "$(id -u)" != "0" ]; then
     exit 2
 fi
 
+missing=()
+for pair in dockerd:docker.io iptables:iptables debootstrap:debootstrap bwrap:bubblewrap; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "start-dockerd: installing ${missing[*]} from Debian (about 1 min)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
 if docker info >/dev/null 2>&1; then
     echo "start-dockerd: dockerd already running"
     exit 0
-fi
-
-if ! command -v dockerd >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1; then
-    echo "start-dockerd: installing docker.io and iptables from Debian (about 1 min)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq docker.io iptables >/dev/null
 fi
 
 # A stale pid file from a killed daemon blocks the start.
