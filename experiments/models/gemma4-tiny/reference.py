@@ -106,9 +106,10 @@ def _full_rope_theta(c: Any) -> None:
 
 
 def _ple_scale(model: torch.nn.Module) -> None:
-    # PLE token embeddings scaled by sqrt(hidden_size) instead of sqrt(hidden_size_per_layer_input).
+    # PLE token embeddings scaled by hidden_size (128) instead of sqrt(hidden_size_per_layer_input) (4).
+    # Milder rescalings (x0 .. x4) flip little: see README, "Planted bugs".
     emb = model.model.embed_tokens_per_layer
-    emb.embed_scale.fill_(model.config.hidden_size**0.5)
+    emb.embed_scale.fill_(float(model.config.hidden_size))
 
 
 def _skip_norm(model: torch.nn.Module) -> None:

@@ -83,8 +83,11 @@ def make_overlay(patch: Path, dest: Path) -> Path:
                 if depth == len(parts) - 1:
                     shutil.copy2(src_dir / name, nxt)  # the file to patch: a real copy
             src_dir, dst_dir = src_dir / name, nxt
-    subprocess.run(["git", "apply", "--check", str(patch)], cwd=dest, check=True, timeout=60)
-    subprocess.run(["git", "apply", str(patch)], cwd=dest, check=True, timeout=60)
+    # Outside any repository, git apply takes the patch's paths relative to cwd; the ceiling keeps
+    # git from discovering an enclosing repository (which would re-root the paths there).
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(dest.resolve().parent))
+    for argv in (["git", "apply", "--check", str(patch.resolve())], ["git", "apply", str(patch.resolve())]):
+        subprocess.run(argv, cwd=dest, env=env, check=True, timeout=60)
     return dest
 
 

@@ -25,7 +25,7 @@ EDITS: dict[str, tuple[str, str]] = {
     ),
     "ple-scale-changed": (
         "                torch.tensor(self.hidden_size_per_layer_input**0.5),\n",
-        "                torch.tensor(config.hidden_size**0.5),\n",
+        "                torch.tensor(float(config.hidden_size)),\n",
     ),
     "norm-skipped": (
         "        hidden_states = self.post_feedforward_layernorm(hidden_states)\n",
