@@ -51,7 +51,7 @@ LABEL = "ratchet.sandbox"  # every container and network we create carries it
 WORKSPACE_TARGET = "/workspace"
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_USER = "10001:10001"
-DEFAULT_IMAGE_PYTHON = "/opt/ratchet/venv/bin/python"
+DEFAULT_IMAGE_PYTHON = "python3"  # images without a ratchet.python label (e.g. plain vllm/vllm-openai)
 _IMAGE_PYTHON_LABEL = "ratchet.python"
 _STOP_GRACE_S = 10
 _RESERVED_TARGETS = (WORKSPACE_TARGET, "/proc", "/sys", "/dev", "/etc", "/opt/ratchet")
@@ -111,8 +111,7 @@ def check_env(env: dict[str, str]) -> None:
     for key in env:
         if key in _ENV_DENIED or key.startswith("LD_"):
             raise LaunchFailed(
-                f"env {key} is not allowed in the docker sandbox (it changes what code runs); "
-                f"remove it from server.env"
+                f"env {key} is not allowed in the docker sandbox (it changes what code runs); remove it from server.env"
             )
         if key not in _ENV_EXACT and not key.startswith(_ENV_PREFIXES):
             raise LaunchFailed(
@@ -131,7 +130,8 @@ def _map_env(env: dict[str, str], image_python: str) -> dict[str, str]:
         for key, value in env.items():
             if key != "HOME" and (value == host_home or value.startswith(host_home.rstrip("/") + "/")):
                 out[key] = SANDBOX_HOME + value[len(host_home.rstrip("/")) :]
-    out["PATH"] = f"{PurePosixPath(image_python).parent}:/usr/local/bin:/usr/bin:/bin"
+    first = f"{PurePosixPath(image_python).parent}:" if PurePosixPath(image_python).is_absolute() else ""
+    out["PATH"] = f"{first}/usr/local/bin:/usr/bin:/bin"
     out["PYTHONPATH"] = WORKSPACE_TARGET
     out["TMPDIR"] = "/tmp"
     return out
@@ -166,30 +166,25 @@ def container_args(
     import docker.types
 
     check_env(launch.env)
-    mounts = [
-        docker.types.Mount(target=WORKSPACE_TARGET, source=str(launch.workspace), type="bind", read_only=True)
-    ]
+    mounts = [docker.types.Mount(target=WORKSPACE_TARGET, source=str(launch.workspace), type="bind", read_only=True)]
     for m in launch.mounts:
         target = PurePosixPath(m.target)
         if not target.is_absolute() or ".." in target.parts:
             raise LaunchFailed(f"mount target {m.target!r} must be an absolute, normalised container path")
         # Nested under the /tmp or HOME tmpfs is fine (docker mounts parents first); hiding one is not.
-        if any(
-            PurePosixPath(r).is_relative_to(target) for r in (*_RESERVED_TARGETS, "/tmp", SANDBOX_HOME)
-        ) or any(target.is_relative_to(r) for r in _RESERVED_TARGETS):
+        if any(PurePosixPath(r).is_relative_to(target) for r in (*_RESERVED_TARGETS, "/tmp", SANDBOX_HOME)) or any(
+            target.is_relative_to(r) for r in _RESERVED_TARGETS
+        ):
             raise LaunchFailed(
                 f"mount target {m.target!r} overlaps a sandbox path "
                 f"({', '.join(_RESERVED_TARGETS)}, /tmp, {SANDBOX_HOME})"
             )
         if not m.read_only:
             raise LaunchFailed(
-                f"mount {m.source} -> {m.target} asks for write access; the docker sandbox "
-                f"mounts everything read-only"
+                f"mount {m.source} -> {m.target} asks for write access; the docker sandbox mounts everything read-only"
             )
         mounts.append(
-            docker.types.Mount(
-                target=str(target), source=str(Path(m.source).resolve()), type="bind", read_only=True
-            )
+            docker.types.Mount(target=str(target), source=str(Path(m.source).resolve()), type="bind", read_only=True)
         )
     kwargs: dict[str, Any] = {
         "image": image,
@@ -406,9 +401,7 @@ class DockerBackend:
 
     name = "docker"
 
-    def __init__(
-        self, *, image: str = "ratchet-sandbox:cpu", limits: Limits | None = None, client: Any = None
-    ) -> None:
+    def __init__(self, *, image: str = "ratchet-sandbox:cpu", limits: Limits | None = None, client: Any = None) -> None:
         self.image = image
         self.default_limits = limits or Limits()
         self._client = client
@@ -514,8 +507,7 @@ def connect() -> Any:
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure here means the same thing to the user
         raise BackendUnavailable(
-            f"dockerd is not reachable ({exc}); start it with scripts/start-dockerd.sh "
-            f"or see `ratchet sandbox doctor`"
+            f"dockerd is not reachable ({exc}); start it with scripts/start-dockerd.sh or see `ratchet sandbox doctor`"
         ) from exc
     return client
 
@@ -534,9 +526,7 @@ def prune(client: Any) -> dict[str, int]:
         _remove_quietly(container.remove, force=True, v=True)
     networks = client.networks.list(filters={"label": LABEL})
     rules = 0
-    listing = subprocess.run(
-        ["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30
-    )
+    listing = subprocess.run(["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30)
     for network in networks:
         bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name", "")
         if bridge and f"ratchet:{network.name}" in listing.stdout:

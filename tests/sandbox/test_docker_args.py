@@ -117,3 +117,17 @@ def test_files_the_sandbox_user_cannot_read_are_reported_with_the_fix(tmp_path: 
         check_readable(launch)
     (model / "model.safetensors").chmod(0o644)
     check_readable(launch)
+
+
+def test_an_image_without_the_python_label_uses_python3_from_its_path(tmp_path: Path) -> None:
+    a = container_args(
+        _launch(tmp_path),
+        image="vllm/vllm-openai:v0.32.0",
+        image_python="python3",
+        network="net",
+        name="c",
+        launch_id="id",
+        limits=Limits(),
+    )
+    assert a["command"][0] == "python3"
+    assert a["environment"]["PATH"] == "/usr/local/bin:/usr/bin:/bin"
