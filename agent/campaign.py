@@ -155,7 +155,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                                         log_dir=log_dir, on_event=on_event)
         else:
             if _sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
-                raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash; the log was tampered")
+                raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
             reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
             rows = list(journal.baseline["cells"])
         camp = Campaign(spec=spec, spec_path=journal.spec_path, campaign_id=journal.campaign, log_dir=log_dir,
@@ -200,7 +200,8 @@ def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
     """Best vs stock: the incumbent measured once more against the baseline, interleaved."""
     camp.on_event("phase", {"phase": "final: best vs baseline"})
     ws, work = camp.workspace, camp.log_dir / "runs" / "final"
-    tree_a, tree_b = ws.checkout_copy(base_commit, work / "tree-A"), ws.checkout_copy(camp.incumbent_ref, work / "tree-B")
+    tree_a = ws.checkout_copy(base_commit, work / "tree-A")
+    tree_b = ws.checkout_copy(camp.incumbent_ref, work / "tree-B")
     try:
         a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(base_commit), ref=base_commit)
         b = Build(tag="B", tree=tree_b, engine_args=ws.serving_config(camp.incumbent_ref), ref=camp.incumbent_ref)

@@ -22,7 +22,7 @@ from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.engine_args import engine_argv
 from harness.errors import HarnessError
-from harness.measure import ABResult, Build, ab_compare, measure_grid
+from harness.measure import ABResult, Build, ab_compare
 from harness.parity import Generation
 from harness.stats import decide
 from sandbox.base import Backend
@@ -80,9 +80,15 @@ class Campaign:
             self.writer.checkpoint()
             self.next_iteration += 1
             self.gate.spend("wall_seconds", last_duration, iteration=outcome.iteration)
-            if outcome.outcome == "invalid" and outcome.reason.startswith("gave up"):
-                if sum(1 for h in self.history[-3:] if h.outcome == "invalid") >= 3 or "exhausted" in outcome.reason:
-                    return f"proposer {outcome.reason}"
+            if self._proposer_done(outcome):
+                return f"proposer {outcome.reason}"
+
+    def _proposer_done(self, outcome: IterationOutcome) -> bool:
+        """A proposer that says its space is exhausted, or gives up three times in a row, is done."""
+        if outcome.outcome != "invalid" or not outcome.reason.startswith("gave up"):
+            return False
+        return "exhausted" in outcome.reason or all(h.outcome == "invalid" for h in self.history[-3:]) \
+            and len(self.history) >= 3
 
     def iteration(self, i: int) -> IterationOutcome:
         self.on_event("iteration", {"iteration": i})
@@ -137,7 +143,8 @@ class Campaign:
         tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
         try:
             canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
-            self.writer.append("iteration.patch", iteration=i, payload={"diff": canonical, "base": self.incumbent_ref})
+            self.writer.append("iteration.patch", iteration=i,
+                               payload={"diff": canonical, "base": self.incumbent_ref})
             a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(), ref=self.incumbent_ref)
             b = Build(tag="B", tree=tree_b, engine_args=Workspace.open(tree_b).serving_config(), ref="candidate")
             ports = self._gate_servers(i, (a, b))
@@ -147,7 +154,7 @@ class Campaign:
                                 cache_dir=self.log_dir / "cache", reference=self.reference,
                                 stop_on_parity_failure=True, ports=ports,
                                 progress=lambda msg: self.on_event("progress", {"message": msg}),
-                                on_run=lambda run: self.on_event("run", {"tag": run.job.tag, "cell": run.job.cell.label}))
+                                on_run=lambda run: self.on_event("run", {"cell": run.job.cell.label}))
         finally:
             for tree in (tree_a, tree_b):
                 ws.remove_copy(tree)

@@ -59,7 +59,8 @@ class CampaignView:
         if self._live:
             self._live.update(self._render())
         elif kind != "run":
-            line = {"iteration": f"== iteration {self.iteration}/{self.max_iterations}", "phase": f"   phase: {self.phase}",
+            line = {"iteration": f"== iteration {self.iteration}/{self.max_iterations}",
+                    "phase": f"   phase: {self.phase}",
                     "hypothesis": f"   hypothesis: {self.hypothesis[:160]}", "progress": f"   {self.message}"}.get(kind)
             if kind == "result":
                 entry: HistoryEntry = data["entry"]

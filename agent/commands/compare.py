@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
                             progress=lambda msg: err_console.print(msg),
                             on_run=lambda run: bar.advance(task))  # type: ignore[arg-type]
     wall = time.monotonic() - started
-    console.print(ab_table(result, f"{spec.name}: B vs A, {bench.repeats} interleaved pairs per cell, wall {wall:.0f} s "
+    console.print(ab_table(result, f"{spec.name}: B vs A, {bench.repeats} interleaved pairs per cell, "
+                                   f"wall {wall:.0f} s "
                                    f"(ratios > 1: B better)"))
     parity_line = result.parity.summary() if result.parity else "parity not checked"
     console.print(parity_line)

@@ -64,7 +64,8 @@ def print_end(end: CampaignEnd) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = open_spec(args.spec)
     if args.max_iterations is not None:
-        spec = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_iterations": args.max_iterations})})
+        budget = spec.budget.model_copy(update={"max_iterations": args.max_iterations})
+        spec = spec.model_copy(update={"budget": budget})
     proposer = make_proposer(spec, args.proposer or spec.proposer.kind, base_url=args.llm_base_url,
                              model=args.llm_model)
     view = CampaignView(err_console, max_iterations=spec.budget.max_iterations, title=f"ratchet: {spec.name}")

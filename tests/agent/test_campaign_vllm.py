@@ -55,7 +55,8 @@ def _run(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
 
 
 def _results(log_dir: Path) -> dict[int, dict[str, object]]:
-    return {int(r["iteration"]): payload_of(log_dir, r) for r in read_records(log_dir) if r["kind"] == "iteration.result"}
+    return {int(r["iteration"]): payload_of(log_dir, r)
+            for r in read_records(log_dir) if r["kind"] == "iteration.result"}
 
 
 def _serving_patch(old: int, new: int) -> str:

@@ -1,0 +1,55 @@
+"""Reading a campaign back from its log: the only state `ratchet resume` trusts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.errors import CampaignError
+from agent.journal import read_journal
+from audit import AuditWriter
+
+
+def _log(tmp_path: Path) -> tuple[Path, AuditWriter]:
+    log = tmp_path / "log"
+    writer = AuditWriter.open(log, campaign="c-1", key_path=tmp_path / "key", anchor_dir=tmp_path / "anchors")
+    writer.append("campaign.start", payload={"spec_path": "/s.yaml", "spec": {"name": "s"}, "workspace": "/ws",
+                                             "branch": "ratchet/c-1", "proposer": "search", "base_commit": "b0"})
+    writer.append("baseline.result", iteration=0, payload={"cells": [{"cell": "in8/out4"}], "reference_sha256": "x"})
+    return log, writer
+
+
+def _spend(writer: AuditWriter, amount: float, decision: str = "allow") -> None:
+    writer.append("action", iteration=1, decision=decision, rule="r", payload={
+        "action": {"kind": "spend", "resource": "llm_tokens", "amount": amount}})
+
+
+def test_history_incumbent_and_spending_come_back_from_the_log(tmp_path: Path) -> None:
+    log, w = _log(tmp_path)
+    w.append("iteration.hypothesis", iteration=1, payload={"hypothesis": "h1", "source": "search:a",
+                                                           "predicted_speedup": 1.1})
+    _spend(w, 100)
+    _spend(w, 5000, decision="deny")      # a denied spend did not happen
+    w.append("iteration.result", iteration=1, payload={"outcome": "accepted", "accepted": True, "commit": "c1",
+                                                       "cells_rows": [{"cell": "in8/out4", "x": 2}],
+                                                       "speedup_text": "1.2x [1.1, 1.3]", "reason": "ok"})
+    w.append("iteration.hypothesis", iteration=2, payload={"hypothesis": "h2", "source": "search:b"})
+    w.close()
+    j = read_journal(log)
+    assert (j.campaign, j.base_commit, j.incumbent_ref, j.branch) == ("c-1", "b0", "c1", "ratchet/c-1")
+    assert j.incumbent_rows == [{"cell": "in8/out4", "x": 2}]
+    assert [(h.iteration, h.outcome, h.source, h.speedup) for h in j.history] == \
+        [(1, "accepted", "search:a", "1.2x [1.1, 1.3]")]
+    assert j.spent == {"llm_tokens": 100.0}
+    assert (j.last_iteration, j.open_iteration, j.ended) == (1, 2, False)
+
+
+def test_a_folder_without_a_campaign_log_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CampaignError, match="no log.jsonl"):
+        read_journal(tmp_path)
+    log = tmp_path / "other"
+    with AuditWriter.open(log, campaign="c-2", key_path=tmp_path / "key", anchor_dir=tmp_path / "a") as w:
+        w.append("note", payload={})
+    with pytest.raises(CampaignError, match="no campaign.start"):
+        read_journal(log)
