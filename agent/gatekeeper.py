@@ -11,8 +11,18 @@ from typing import Any
 
 from agent.errors import ActionDenied, BudgetExhausted
 from audit import AuditWriter
-from policies import (Decision, FsWorkspace, Ledger, Policy, decide, load_approvals, parse_action,
-                      policy_sha256, resolve_ask, tty_prompt)
+from policies import (
+    Decision,
+    FsWorkspace,
+    Ledger,
+    Policy,
+    decide,
+    load_approvals,
+    parse_action,
+    policy_sha256,
+    resolve_ask,
+    tty_prompt,
+)
 from policies.record import action_payload
 
 __all__ = ["Gatekeeper"]

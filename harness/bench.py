@@ -6,6 +6,7 @@ and its throughput is input tokens / wall time of that run (reported as `prefill
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -118,10 +119,8 @@ def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Path,

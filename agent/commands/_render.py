@@ -41,9 +41,7 @@ def grid_table(rows: list[dict[str, object]], title: str) -> Table:
         prefill = row.get("output_len") == 1
         cells = []
         for name, key, fmt in _COLUMNS:
-            if prefill and name.startswith(("TPOT", "ITL", "out")):
-                cells.append("-")
-            elif not prefill and name.startswith("prefill"):
+            if prefill and name.startswith(("TPOT", "ITL", "out")) or not prefill and name.startswith("prefill"):
                 cells.append("-")
             else:
                 cells.append(_fmt(row, key, fmt))
