@@ -37,8 +37,17 @@ _h = hashlib.sha256(open(_g, "rb").read()).hexdigest() if os.path.exists(_g) els
 print({EVIDENCE_TAG!r} + json.dumps({{"vllm_file": vllm.__file__, "gemma4_sha256": _h, "pid": os.getpid(),
       "vllm_version": vllm.__version__}}), flush=True)
 sys.argv = ["vllm-serve"] + sys.argv[1:]
-from vllm.entrypoints.launchers.api_server.entry import main
-main()
+import importlib.util
+try:
+    _launcher = importlib.util.find_spec("vllm.entrypoints.launchers.api_server.entry") is not None
+except ModuleNotFoundError:
+    _launcher = False
+if _launcher:
+    from vllm.entrypoints.launchers.api_server.entry import main
+    main()
+else:  # vLLM <= 0.26 (the lent H200) has no launchers package: run the OpenAI server module as __main__
+    import runpy
+    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 """
 # Fixed so that every candidate is measured the same way.
 _FIXED_ENV = {
