@@ -10,7 +10,7 @@ import sys
 __all__ = ["main"]
 
 # Order is the order shown in --help.
-_COMMAND_MODULES = ("run", "resume", "measure", "parity", "profile", "compare", "policy", "audit", "sandbox")
+_COMMAND_MODULES = ("run", "resume", "replay", "measure", "parity", "profile", "compare", "policy", "audit", "sandbox")
 
 
 def build_parser() -> argparse.ArgumentParser:

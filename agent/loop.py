@@ -207,6 +207,8 @@ class Campaign:
         payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted", "reason": reason[:4000],
                                    "parity_ok": bool(result and result.parity and result.parity.ok),
                                    "commit": commit, "source": proposal.source if proposal else ""}
+        if commit:
+            payload["tree"] = self.workspace.tree_hash(commit)   # replay checks it rebuilds this exact tree
         if proposal is None:
             payload["hypothesis"] = ""
         if result is not None and result.overall is not None:

@@ -1,0 +1,230 @@
+"""Replay: re-check a campaign's claims from its audit log alone, on a clean workspace.
+
+An accepted patch is a claim: "on this build and hardware, this commit keeps token parity and is X×
+faster (CI [a, b])". Replay verifies the log, rebuilds the accepted series at the recorded base (tree
+hashes must match), re-runs parity on the held prompts against the recorded reference, and re-measures
+each accepted patch against its predecessor on a reduced grid, interleaved. Each step is a check with a
+distinct exit code, written as JUnit XML and a markdown summary.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.environment import describe_environment
+from agent.spec import CampaignSpec
+from audit import verify
+from audit.reader import payload_of, read_records
+from harness.config import BenchmarkConfig
+from harness.measure import Build, ab_compare
+from harness.parity import load_reference
+from policies import load_policy, redecider
+from sandbox.base import Backend
+from sandbox.errors import SandboxError
+from sandbox.workspace import Workspace
+
+__all__ = ["Exit", "Check", "ReplayResult", "replay", "claims", "ENV_KEYS"]
+
+ENV_KEYS = ("vllm", "torch", "python", "machine", "cpu", "gpu")
+
+
+class Exit(enum.IntEnum):
+    OK = 0
+    USAGE = 2
+    HARNESS = 3
+    LOG_UNVERIFIED = 10
+    PATCH_FAILED = 11
+    PARITY_BROKEN = 12
+    SPEEDUP_GONE = 13
+    ENV_DIFFERS = 14
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    code: Exit = Exit.OK       # the exit code when this check fails
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    iteration: int
+    diff: str
+    tree: str
+    ratio: float
+    low: float
+    high: float
+    cells: dict[str, dict[str, float]]
+    hypothesis: str
+
+
+@dataclass
+class ReplayResult:
+    campaign: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> Exit:
+        return next((c.code for c in self.checks if not c.ok), Exit.OK)
+
+
+def claims(log_dir: Path) -> tuple[dict[str, Any], list[Claim], dict[str, Any]]:
+    """The campaign start record, the accepted patches in order, and the baseline record."""
+    records = read_records(log_dir)
+    bodies = [(r, payload_of(log_dir, r)) for r in records]
+    start = next(b for r, b in bodies if r["kind"] == "campaign.start")
+    baseline = next(b for r, b in bodies if r["kind"] == "baseline.result")
+    patches = {int(r["iteration"]): b for r, b in bodies if r["kind"] == "iteration.patch"}
+    hyps = {int(r["iteration"]): b for r, b in bodies if r["kind"] == "iteration.hypothesis"}
+    out = []
+    for r, b in bodies:
+        if r["kind"] == "iteration.result" and b.get("accepted"):
+            it = int(r["iteration"])
+            cells = {label: per["headline"] for label, per in b.get("cells", {}).items()}
+            out.append(Claim(iteration=it, diff=patches[it]["diff"], tree=str(b["tree"]), ratio=float(b["speedup"]),
+                             low=float(b["ci_low"]), high=float(b["ci_high"]), cells=cells,
+                             hypothesis=str(hyps.get(it, {}).get("hypothesis", ""))))
+    return start, out, baseline
+
+
+def _consistent(replayed_low: float, replayed_high: float, claim: Claim, tolerance: float) -> bool:
+    """The replayed interval must overlap the recorded one (widened by the tolerance)."""
+    return replayed_high >= claim.low * (1 - tolerance) and replayed_low <= claim.high * (1 + tolerance)
+
+
+def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], work_dir: Path,
+           pubkey: Path | None = None, cells: list[str] | None = None, repeats: int = 3,
+           tolerance: float = 0.05, allow_env_drift: bool = False,
+           progress: Callable[[str], None] = lambda _: None) -> ReplayResult:
+    log_dir = log_dir.resolve()
+    result = ReplayResult(campaign=log_dir.name)
+
+    def check(name: str, ok: bool, detail: str, code: Exit) -> bool:
+        result.checks.append(Check(name=name, ok=ok, detail=detail, code=code))
+        progress(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+        return ok
+
+    start_records = [r for r in read_records(log_dir) if r.get("kind") == "campaign.start"]
+    spec = CampaignSpec.model_validate(payload_of(log_dir, start_records[0])["spec"]) if start_records else None
+    policies = [load_policy(spec.policy)] if spec else []
+    verdict = verify(log_dir, pubkey=pubkey, redecide=redecider(policies) if policies else None)
+    if not check("log verifies", verdict.ok and spec is not None,
+                 f"verified {verdict.records} records" if verdict.ok else
+                 f"first bad seq {verdict.bad_seq}: {verdict.reason}", Exit.LOG_UNVERIFIED):
+        return result
+    assert spec is not None
+    start, accepted, baseline = claims(log_dir)
+    result.campaign = str(start_records[0]["campaign"])
+
+    recorded_env, current_env = start.get("environment", {}), describe_environment()
+    drift = {k: (recorded_env.get(k), current_env.get(k)) for k in ENV_KEYS if recorded_env.get(k) != current_env.get(k)}
+    env_detail = "same vLLM, torch, Python, machine" if not drift else \
+        "; ".join(f"{k}: recorded {a!r}, here {b!r}" for k, (a, b) in drift.items())
+    if not check("environment matches", not drift or allow_env_drift,
+                 env_detail + (" (allowed by --allow-env-drift)" if drift and allow_env_drift else ""), Exit.ENV_DIFFERS):
+        return result
+    if not accepted:
+        check("accepted patches", True, "the campaign accepted nothing: no claim to replay", Exit.OK)
+        return result
+
+    # Rebuild the accepted series on a clean workspace at the recorded base.
+    ws_dir = work_dir / "workspace"
+    shutil.rmtree(ws_dir, ignore_errors=True)
+    ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
+                          source=spec.target.source / spec.target.package if spec.target.source else None)
+    if not check("base tree matches", ws.tree_hash() == start["base_tree"],
+                 f"base tree {ws.tree_hash()[:12]} vs recorded {str(start['base_tree'])[:12]}", Exit.PATCH_FAILED):
+        return result
+    commits = [ws.head()]
+    for claim in accepted:
+        try:
+            ws.apply_patch(claim.diff)
+            commits.append(ws.commit(f"replay of iteration {claim.iteration}"))
+        except SandboxError as exc:
+            check(f"patch of iteration {claim.iteration} applies", False, str(exc), Exit.PATCH_FAILED)
+            return result
+        if not check(f"patch of iteration {claim.iteration} applies", ws.tree_hash() == claim.tree,
+                     f"tree {ws.tree_hash()[:12]} vs recorded {claim.tree[:12]}", Exit.PATCH_FAILED):
+            return result
+
+    # Parity and speed: each accepted patch against its predecessor, parity of each candidate first.
+    ref_path = log_dir / str(baseline["reference_file"])
+    if hashlib.sha256(ref_path.read_bytes()).hexdigest() != baseline["reference_sha256"]:
+        check("parity reference intact", False, f"{ref_path} does not match its recorded hash", Exit.LOG_UNVERIFIED)
+        return result
+    reference = load_reference(ref_path, prompts_path=spec.parity.prompts)
+    bench = _reduced(spec.benchmark, cells, repeats)
+    backend = backend_for(spec)
+    for index, claim in enumerate(accepted):
+        trees = [ws.checkout_copy(commits[index], work_dir / f"it{claim.iteration}-A"),
+                 ws.checkout_copy(commits[index + 1], work_dir / f"it{claim.iteration}-B")]
+        try:
+            a = Build(tag="A", tree=trees[0], engine_args=ws.serving_config(commits[index]), ref=commits[index])
+            b = Build(tag="B", tree=trees[1], engine_args=ws.serving_config(commits[index + 1]), ref=commits[index + 1])
+            ab = ab_compare(backend, a, b, server=spec.server, bench=bench, stats_cfg=spec.stats, parity=spec.parity,
+                            work_dir=work_dir / f"it{claim.iteration}", cache_dir=work_dir / "cache",
+                            reference=reference, stop_on_parity_failure=True, progress=progress)
+        finally:
+            for tree in trees:
+                ws.remove_copy(tree)
+        assert ab.parity is not None
+        if not check(f"parity of iteration {claim.iteration}", ab.parity.ok, ab.parity.summary(), Exit.PARITY_BROKEN):
+            return result
+        assert ab.overall is not None
+        recorded = f"{claim.ratio:.3f}x [{claim.low:.3f}, {claim.high:.3f}]"
+        check(f"speedup of iteration {claim.iteration}", _consistent(ab.overall.low, ab.overall.high, claim, tolerance),
+              f"replayed {ab.overall} on cells {sorted(ab.cells)}, recorded {recorded} (tolerance {tolerance:.0%})",
+              Exit.SPEEDUP_GONE)
+    return result
+
+
+def _reduced(bench: BenchmarkConfig, cells: list[str] | None, repeats: int) -> BenchmarkConfig:
+    """The chosen cells (labels like in512/out64 or in512/out1) with k repeats; default: all cells."""
+    if not cells:
+        return bench.model_copy(update={"repeats": repeats})
+    pairs = []
+    for label in cells:
+        try:
+            i, o = label.removeprefix("in").split("/out")
+            pairs.append((int(i), int(o)))
+        except ValueError as exc:
+            raise ValueError(f"--cells expects labels like in512/out64, got {label!r}") from exc
+    inputs = sorted({i for i, _ in pairs})
+    outputs = sorted({o for _, o in pairs if o != 1})
+    return bench.model_copy(update={"input_lens": inputs, "output_lens": outputs or [1],
+                                    "prefill": any(o == 1 for _, o in pairs) and bool(outputs), "repeats": repeats})
+
+
+def write_junit(result: ReplayResult, path: Path) -> None:
+    from xml.sax.saxutils import escape, quoteattr
+
+    failures = sum(1 for c in result.checks if not c.ok)
+    cases = []
+    for c in result.checks:
+        body = "" if c.ok else f"<failure message={quoteattr(c.detail[:500])}>{escape(c.detail)}</failure>"
+        cases.append(f'  <testcase classname="ratchet.replay.{result.campaign}" name={quoteattr(c.name)}>'
+                     f"{body}</testcase>")
+    xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="ratchet-replay" tests="{len(result.checks)}" '
+           f'failures="{failures}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+    path.write_text(xml)
+
+
+def write_summary(result: ReplayResult, path: Path) -> None:
+    lines = [f"# ratchet replay: {result.campaign}", "", f"exit code: {int(result.exit_code)} "
+             f"({result.exit_code.name})", "", "| check | result | detail |", "|---|---|---|"]
+    lines += [f"| {c.name} | {'ok' if c.ok else '**FAIL**'} | {c.detail.replace('|', '/')} |" for c in result.checks]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def to_json(result: ReplayResult) -> str:
+    return json.dumps({"campaign": result.campaign, "exit_code": int(result.exit_code),
+                       "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in result.checks]}, indent=1)
