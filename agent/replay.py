@@ -126,11 +126,13 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     result.campaign = str(start_records[0]["campaign"])
 
     recorded_env, current_env = start.get("environment", {}), describe_environment()
-    drift = {k: (recorded_env.get(k), current_env.get(k)) for k in ENV_KEYS if recorded_env.get(k) != current_env.get(k)}
+    drift = {k: (recorded_env.get(k), current_env.get(k)) for k in ENV_KEYS
+             if recorded_env.get(k) != current_env.get(k)}
     env_detail = "same vLLM, torch, Python, machine" if not drift else \
         "; ".join(f"{k}: recorded {a!r}, here {b!r}" for k, (a, b) in drift.items())
     if not check("environment matches", not drift or allow_env_drift,
-                 env_detail + (" (allowed by --allow-env-drift)" if drift and allow_env_drift else ""), Exit.ENV_DIFFERS):
+                 env_detail + (" (allowed by --allow-env-drift)" if drift and allow_env_drift else ""),
+                 Exit.ENV_DIFFERS):
         return result
     if not accepted:
         check("accepted patches", True, "the campaign accepted nothing: no claim to replay", Exit.OK)

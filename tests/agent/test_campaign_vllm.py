@@ -29,11 +29,11 @@ def _held_subset(tmp_path: Path, n: int = 12) -> Path:
     return path
 
 
-def _spec(tmp_path: Path, proposer: str, budget: str) -> Path:
+def _spec(tmp_path: Path, proposer: str, budget: str, name: str = "it") -> Path:
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""
 schema_version: 1
-name: it-{proposer}
+name: {name}
 server:
   model: {TINY_MODEL}
   engine_args: {{enforce_eager: true, dtype: float32, max_model_len: 2048, max_num_seqs: 1}}

@@ -1,0 +1,96 @@
+"""Replay's refusals and failure codes that need no vLLM server: an unverifiable log, a different
+environment, a patch that no longer applies, a base that is not the recorded one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.environment import describe_environment
+from agent.replay import Exit, replay, write_junit, write_summary
+from audit import AuditWriter
+from sandbox.workspace import Workspace
+from tests.conftest import ROOT
+
+SPEC = {"schema_version": 1, "name": "r", "server": {"model": str(ROOT / "experiments/models/gemma4-tiny")},
+        "benchmark": {"input_lens": [8], "output_lens": [4]},
+        "parity": {"prompts": str(ROOT / "experiments/prompts/gemma4-tiny-parity.jsonl")},
+        "policy": str(ROOT / "policies/default.yaml")}
+
+
+def _no_backend(spec: object) -> object:
+    raise AssertionError("replay must stop before starting any server")
+
+
+def _forge(tmp_path: Path, *, environment: dict[str, object] | None = None, base_tree: str | None = None,
+           diff: str = "", tree: str = "t") -> Path:
+    """A validly signed log of a campaign that accepted one patch (what a campaign runner could write)."""
+    log = tmp_path / "log"
+    with AuditWriter.open(log, campaign="r-1", key_path=tmp_path / "key", anchor_dir=tmp_path / "anchors") as w:
+        w.append("campaign.start", payload={"spec_path": "/x", "spec": SPEC, "workspace": "/ws", "branch": "b",
+                                            "proposer": "search", "base_commit": "c0",
+                                            "base_tree": base_tree or "0" * 40,
+                                            "environment": environment or describe_environment()})
+        w.append("baseline.result", iteration=0, payload={"cells": [], "reference_file": "parity-reference.json",
+                                                          "reference_sha256": "0" * 64})
+        w.append("iteration.hypothesis", iteration=1, payload={"hypothesis": "h"})
+        w.append("iteration.patch", iteration=1, payload={"diff": diff, "base": "c0"})
+        w.append("iteration.result", iteration=1, payload={"outcome": "accepted", "accepted": True, "commit": "c1",
+                                                           "tree": tree, "speedup": 2.0, "ci_low": 1.9,
+                                                           "ci_high": 2.1, "reason": "ok"})
+    return log
+
+
+def _replay(log: Path, tmp_path: Path, **kw: object) -> object:
+    return replay(log, backend_for=_no_backend, work_dir=tmp_path / "work", pubkey=log / "audit-key.pub",
+                  **kw)  # type: ignore[arg-type]
+
+
+def test_a_tampered_log_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    log = _forge(tmp_path)
+    lines = (log / "log.jsonl").read_text().splitlines(keepends=True)
+    lines[5] = lines[5].replace('"speedup":2', '"speedup":9')
+    (log / "log.jsonl").write_text("".join(lines))
+    result = _replay(log, tmp_path)
+    assert result.exit_code == Exit.LOG_UNVERIFIED
+    assert "first bad seq" in result.checks[0].detail
+
+
+def test_another_environment_is_an_error_unless_allowed(tmp_path: Path) -> None:
+    env = {**describe_environment(), "vllm": "0.1.0", "cpu": "some other CPU"}
+    log = _forge(tmp_path, environment=env)
+    result = _replay(log, tmp_path)
+    assert result.exit_code == Exit.ENV_DIFFERS
+    assert "vllm: recorded '0.1.0'" in result.checks[-1].detail
+    allowed = _replay(log, tmp_path, allow_env_drift=True)
+    assert allowed.checks[1].ok and "allowed" in allowed.checks[1].detail
+    assert allowed.exit_code == Exit.PATCH_FAILED       # it went on, to the (forged) base tree
+
+
+def test_a_patch_that_no_longer_applies_exits_11(tmp_path: Path) -> None:
+    base = Workspace.create(tmp_path / "probe", serving={}).tree_hash()
+    diff = ("diff --git a/vllm/model_executor/models/gemma4.py b/vllm/model_executor/models/gemma4.py\n"
+            "--- a/vllm/model_executor/models/gemma4.py\n+++ b/vllm/model_executor/models/gemma4.py\n"
+            "@@ -1,1 +1,1 @@\n-this line is not in the file\n+nor this one\n")
+    log = _forge(tmp_path, base_tree=base, diff=diff)
+    result = _replay(log, tmp_path)
+    assert result.exit_code == Exit.PATCH_FAILED
+    assert "patch of iteration 1 applies" in [c.name for c in result.checks]
+
+
+def test_reports_are_junit_and_markdown(tmp_path: Path) -> None:
+    log = _forge(tmp_path, environment={**describe_environment(), "torch": "0"})
+    result = _replay(log, tmp_path)
+    write_junit(result, tmp_path / "j.xml")
+    write_summary(result, tmp_path / "s.md")
+    xml = (tmp_path / "j.xml").read_text()
+    assert 'failures="1"' in xml and "<failure" in xml and 'name="environment matches"' in xml
+    assert "ENV_DIFFERS" in (tmp_path / "s.md").read_text()
+
+
+def test_a_missing_log_folder_exits_2(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "replay", str(tmp_path / "nope")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "holds no log.jsonl" in proc.stderr
