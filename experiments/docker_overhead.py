@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = """schema_version: 1
@@ -55,17 +56,14 @@ def _prepare(work: Path) -> None:
             (Path(dirpath) / name).chmod(0o644)
     rng = random.Random(0)
     lines = [
-        json.dumps({"id": f"p{i}", "prompt_token_ids": [rng.randrange(3, 256) for _ in range(40)]})
-        for i in range(4)
+        json.dumps({"id": f"p{i}", "prompt_token_ids": [rng.randrange(3, 256) for _ in range(40)]}) for i in range(4)
     ]
     (work / "prompts.jsonl").write_text("\n".join(lines) + "\n")
     for backend in ("local", "docker"):
-        (work / f"spec-{backend}.yaml").write_text(
-            SPEC.format(model=model, workspace=work / "ws", backend=backend)
-        )
+        (work / f"spec-{backend}.yaml").write_text(SPEC.format(model=model, workspace=work / "ws", backend=backend))
 
 
-def _measure(work: Path, backend: str, rnd: int) -> dict[str, object]:
+def _measure(work: Path, backend: str, rnd: int) -> dict[str, Any]:
     out = work / f"{backend}-{rnd}.json"
     argv = [
         sys.executable,
@@ -78,61 +76,78 @@ def _measure(work: Path, backend: str, rnd: int) -> dict[str, object]:
     ]
     started = time.monotonic()
     subprocess.run(argv, cwd=ROOT, check=True, timeout=1200)
-    data = json.loads(out.read_text())
+    data: dict[str, Any] = json.loads(out.read_text())
     data["command_s"] = time.monotonic() - started
     return data
 
 
-def _summary(runs: list[dict[str, object]]) -> dict[str, object]:
-    cells: dict[str, list[float]] = {}
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    metrics = ("total_token_throughput", "median_ttft_ms", "median_tpot_ms")
+    cells: dict[str, dict[str, list[float]]] = {}
     for run in runs:
-        for cell in run["cells"]:  # type: ignore[attr-defined]
-            cells.setdefault(cell["cell"], []).append(cell["total_token_throughput"])
+        for cell in run["cells"]:
+            for metric in metrics:
+                cells.setdefault(cell["cell"], {}).setdefault(metric, []).append(round(cell[metric], 2))
     return {
         "isolation": runs[0]["isolation"],
-        "startup_s": [round(float(r["startup_s"]), 2) for r in runs],  # type: ignore[arg-type]
-        "wall_s": [round(float(r["wall_s"]), 2) for r in runs],  # type: ignore[arg-type]
-        "total_token_throughput": {k: [round(v, 1) for v in vs] for k, vs in cells.items()},
+        "startup_s": [round(float(r["startup_s"]), 2) for r in runs],
+        "wall_s": [round(float(r["wall_s"]), 2) for r in runs],
+        "cells": cells,
     }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("/tmp/ratchet-docker-overhead"))
+    parser.add_argument(
+        "--summarize-only",
+        action="store_true",
+        help="rebuild the summary from the per-run JSON files already in --work",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "results" / "docker-vs-local.json")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    _prepare(args.work)
-    runs: dict[str, list[dict[str, object]]] = {"local": [], "docker": []}
+    if not args.summarize_only:
+        _prepare(args.work)
+    runs: dict[str, list[dict[str, Any]]] = {"local": [], "docker": []}
     for rnd in range(args.rounds):
+        if args.summarize_only:
+            for backend in runs:
+                runs[backend].append(json.loads((args.work / f"{backend}-{rnd}.json").read_text()))
+            continue
         order = ("local", "docker") if rnd % 2 == 0 else ("docker", "local")
         for backend in order:
             runs[backend].append(_measure(args.work, backend, rnd))
     local, docker = _summary(runs["local"]), _summary(runs["docker"])
-    ratio = {
-        cell: round(
-            statistics.median(docker["total_token_throughput"][cell])  # type: ignore[index]
-            / statistics.median(vals),
-            4,
-        )
-        for cell, vals in local["total_token_throughput"].items()
-    }  # type: ignore[union-attr]
+
+    def ratio(metric: str) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for cell in local["cells"]:
+            base = statistics.median(local["cells"][cell][metric])
+            out[cell] = round(statistics.median(docker["cells"][cell][metric]) / base, 4) if base else None
+        return out
+
     result = {
         "what": "ratchet measure, same random tiny Gemma 4 (enforce_eager, fp32), local vs docker backend; "
-        "rounds alternate the order; throughput is the median of the spec's repeats per run",
-        "command": f"{Path(sys.executable).name} experiments/docker_overhead.py --rounds {args.rounds}",
-        "machine": {"cpus": os.cpu_count(), "note": "2 shared cores; other jobs were running"},
+        "rounds alternate the order; per run each metric is the median of the spec's repeats",
+        "command": f".venv/bin/python experiments/docker_overhead.py --rounds {args.rounds}",
+        "machine": {"cpus": os.cpu_count(), "note": "2 shared cores; other jobs (training, vLLM) were running"},
         "local": local,
         "docker": docker,
-        "docker_over_local_throughput": ratio,
+        "docker_over_local_median": {
+            m: ratio(m) for m in ("total_token_throughput", "median_tpot_ms", "median_ttft_ms")
+        },
+        "same_backend_spread_max_over_min_throughput": {
+            name: {
+                cell: round(max(v["total_token_throughput"]) / min(v["total_token_throughput"]), 2)
+                for cell, v in summary["cells"].items()
+            }
+            for name, summary in (("local", local), ("docker", docker))
+        },
         "docker_minus_local_startup_s": round(
-            statistics.median(docker["startup_s"])  # type: ignore[arg-type]
-            - statistics.median(local["startup_s"]),
-            2,
-        ),  # type: ignore[arg-type]
+            statistics.median(docker["startup_s"]) - statistics.median(local["startup_s"]), 2
+        ),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
