@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On the lent H200 (after gpu-setup.sh): a short `ratchet compare` A/B, stock vs one engine-arg change,
+# on a reduced grid (in2048: out128 + prefill). Both servers share the one GPU, so both get
+# gpu_memory_utilization 0.42 (a derived spec in /var/tmp; the committed spec is unchanged).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/var/tmp/out}
+LIMIT=${LIMIT:-540}
+CAND=${CAND:-'{"max_num_batched_tokens": 16384}'}
+mkdir -p "$OUT"
+python3 - <<'PY'
+from pathlib import Path
+import yaml
+src = Path("experiments/gemma4-e2b-gpu.yaml")
+d = yaml.safe_load(src.read_text())
+d["name"] = "gemma4-e2b-gpu-ab"
+d["server"]["model"] = str((src.parent / d["server"]["model"]).resolve())
+d["parity"]["prompts"] = str((src.parent / d["parity"]["prompts"]).resolve())
+d["server"]["engine_args"]["gpu_memory_utilization"] = 0.42
+d["benchmark"].update(input_lens=[2048], output_lens=[128], prefill=True, repeats=3)
+Path("/var/tmp/gemma4-e2b-gpu-ab.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+PY
+timeout -s INT -k 30 "$LIMIT" python3 -m agent.cli compare /var/tmp/gemma4-e2b-gpu-ab.yaml --workspace /var/tmp/ws-ab \
+  --baseline HEAD --candidate HEAD --engine-args "$CAND" --out "$OUT/h200-e2b-ab.json" 2>&1 | tee "$OUT/compare.log"
+echo "rc=${PIPESTATUS[0]}"
+RUN=$(ls -d /var/tmp/ws-ab.runs/compare-* | tail -1)
+cp "$RUN"/server-*.log "$OUT"/ 2>/dev/null
+tar czf "$OUT/ab-jobs.tgz" -C "$RUN" --exclude 'tree-*' . 2>/dev/null
+ls -la "$OUT"
