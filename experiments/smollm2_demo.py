@@ -118,7 +118,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def llama_server(python: Path, model: Path, *, log: Path, startup_timeout_s: float = 180) -> Iterator[str]:
+def llama_server(
+    python: Path, model: Path, *, log: Path, threads: int = 1, startup_timeout_s: float = 180
+) -> Iterator[str]:
     """`python -m llama_cpp.server` on 127.0.0.1 (a free port); yields the base URL; kills its group."""
     port = _free_port()
     argv = [
@@ -138,7 +140,9 @@ def llama_server(python: Path, model: Path, *, log: Path, startup_timeout_s: flo
         "--n_ctx",
         "8192",
         "--n_threads",
-        "2",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
     ]
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
@@ -228,9 +232,7 @@ def run_iterations(base_url: str, iterations: int = 3, *, seed: int = 0) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -67,10 +67,11 @@ def test_the_server_answers_the_openai_client_with_tool_calls(base_url: str) -> 
 
 
 def test_whatever_smollm2_proposes_is_survived_charged_and_checked(base_url: str, tmp_path: Path) -> None:
-    proposer = LLMProposer(LLMConfig(base_url=base_url, **DEMO_CONFIG))
+    # ~30 s per turn on 2 busy cores: 2 proposals of at most 4 turns keep this test to a few minutes.
+    proposer = LLMProposer(LLMConfig(base_url=base_url, **{**DEMO_CONFIG, "max_turns": 4}))
     rng = random.Random(0)
     outcomes = []
-    for iteration in range(1, 4):
+    for iteration in range(1, 3):
         tools = FakeTools(files=dict(DEMO_FILES), budgets={"llm_tokens": 150_000})
         result = proposer.propose(make_state(iteration=iteration), tools, rng=rng)
         assert isinstance(result, Proposal | GiveUp)
