@@ -38,6 +38,8 @@ class TargetConfig(BaseModel):
 class SandboxConfig(BaseModel):
     model_config = _STRICT
     backend: Literal["local", "docker"] = "local"
+    local_isolation: Literal["none", "netns"] = Field(
+        default="none", description="local backend only: netns = own network namespace + bubblewrap (root)")
     image: str = "ratchet-sandbox:cpu"
     gpus: int = 0
     cpus: float | None = None

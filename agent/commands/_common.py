@@ -64,10 +64,10 @@ def make_backend(spec: CampaignSpec) -> Backend:
     if spec.sandbox.backend == "local":
         from sandbox.local import LocalBackend
 
-        return LocalBackend()
-    from sandbox.docker_backend import DockerBackend  # type: ignore[import-not-found]
+        return LocalBackend.from_spec(spec.sandbox)
+    from sandbox.docker_backend import DockerBackend
 
-    return DockerBackend.from_spec(spec.sandbox)  # type: ignore[no-any-return]
+    return DockerBackend.from_spec(spec.sandbox)
 
 
 def python_for_server() -> str:

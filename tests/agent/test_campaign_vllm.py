@@ -67,7 +67,8 @@ def _serving_patch(old: int, new: int) -> str:
 
 def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_budget(tmp_path: Path) -> None:
     bench_edit = ("diff --git a/vllm/benchmarks/serve.py b/vllm/benchmarks/serve.py\n--- a/vllm/benchmarks/serve.py\n"
-                  "+++ b/vllm/benchmarks/serve.py\n@@ -1,1 +1,2 @@\n+# report twice the throughput\n")
+                  "+++ b/vllm/benchmarks/serve.py\n@@ -1,1 +1,2 @@\n # SPDX-License-Identifier: Apache-2.0\n"
+                  "+# report twice the throughput\n")
     script = [
         # iteration 1: a good serving-config patch -> accepted
         reply(call("view_metrics")),
