@@ -30,7 +30,7 @@ from sandbox.base import Backend
 from sandbox.errors import SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["Exit", "Check", "ReplayResult", "replay", "claims", "ENV_KEYS"]
+__all__ = ["Exit", "Check", "ReplayResult", "replay", "claims", "reduced_grid", "ENV_KEYS"]
 
 ENV_KEYS = ("vllm", "torch", "python", "machine", "cpu", "gpu")
 
@@ -164,7 +164,7 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
         check("parity reference intact", False, f"{ref_path} does not match its recorded hash", Exit.LOG_UNVERIFIED)
         return result
     reference = load_reference(ref_path, prompts_path=spec.parity.prompts)
-    bench = _reduced(spec.benchmark, cells, repeats)
+    bench = reduced_grid(spec.benchmark, cells, repeats)
     backend = backend_for(spec)
     for index, claim in enumerate(accepted):
         trees = [ws.checkout_copy(commits[index], work_dir / f"it{claim.iteration}-A"),
@@ -189,7 +189,7 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     return result
 
 
-def _reduced(bench: BenchmarkConfig, cells: list[str] | None, repeats: int) -> BenchmarkConfig:
+def reduced_grid(bench: BenchmarkConfig, cells: list[str] | None, repeats: int) -> BenchmarkConfig:
     """The chosen cells (labels like in512/out64 or in512/out1) with k repeats; default: all cells."""
     if not cells:
         return bench.model_copy(update={"repeats": repeats})

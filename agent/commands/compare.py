@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
 from agent.commands._render import ab_table, progress_bar
+from agent.replay import reduced_grid
 from harness.measure import Build, ab_compare
 from sandbox.errors import WorkspaceError
 from sandbox.workspace import Workspace
@@ -29,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--candidate", required=True, help="git ref, tree path, or .patch/.diff file")
     p.add_argument("--workspace")
     p.add_argument("--repeats", type=int, help="override benchmark.repeats (pairs per cell)")
+    p.add_argument("--cells", help="only these cells, e.g. in512/out64,in512/out1 (default: the spec's grid)")
     p.add_argument("--engine-args", help="JSON object overriding the candidate's engine args")
     p.add_argument("--out", help="write the comparison as JSON")
     p.set_defaults(func=run)
@@ -58,6 +60,8 @@ def _build(ws: Workspace, ref: str, tag: str, work: Path) -> Build:
 def run(args: argparse.Namespace) -> int:
     spec = open_spec(args.spec)
     bench = spec.benchmark.model_copy(update={"repeats": args.repeats}) if args.repeats else spec.benchmark
+    if args.cells:
+        bench = reduced_grid(bench, [c.strip() for c in args.cells.split(",")], bench.repeats)
     ws = ensure_workspace(spec, workspace=args.workspace)
     work = ws.root.parent / f"{ws.root.name}.runs" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     a = _build(ws, args.baseline, "A", work)
