@@ -33,25 +33,31 @@ __all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome", "calls_in_text"]
 _TOOL_ERRORS = (AgentError, SandboxError, OSError, ValueError, LookupError, subprocess.SubprocessError)
 
 
+# maxLength on short strings also bounds grammar-constrained servers (llama.cpp), where a weak model can
+# otherwise fill a path argument until the context is full.
+_SHORT = 256
+
+
 class _Args(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
 class ListFilesArgs(_Args):
     directory: str = Field(
-        description="Directory relative to the workspace root, e.g. 'vllm/model_executor'."
+        max_length=_SHORT,
+        description="Directory relative to the workspace root, e.g. 'vllm/model_executor'.",
     )
 
 
 class ReadFileArgs(_Args):
-    path: str = Field(description="File path relative to the workspace root.")
+    path: str = Field(max_length=_SHORT, description="File path relative to the workspace root.")
     start_line: int | None = Field(default=None, ge=1, description="First line to show (1-based).")
     end_line: int | None = Field(default=None, ge=1, description="Last line to show (inclusive).")
 
 
 class SearchArgs(_Args):
-    pattern: str = Field(description="Python regular expression matched against each line.")
-    directory: str = Field(default="vllm", description="Directory to search under (Python files).")
+    pattern: str = Field(max_length=_SHORT, description="Python regular expression matched against each line.")
+    directory: str = Field(default="vllm", max_length=_SHORT, description="Directory to search under (Python files).")
 
 
 class NoArgs(_Args):
@@ -62,9 +68,7 @@ class ProposePatchArgs(_Args):
     hypothesis: str = Field(min_length=1, description="What should move, where, and by how much, and why.")
     patch: str = Field(min_length=1, description="The change: a unified diff or SEARCH/REPLACE blocks.")
     format: Literal["diff", "search_replace"] = Field(default="diff", description="Patch format.")
-    predicted_speedup: float | None = Field(
-        default=None, gt=0, description="Expected throughput ratio, e.g. 1.05."
-    )
+    predicted_speedup: float | None = Field(default=None, gt=0, description="Expected throughput ratio, e.g. 1.05.")
     target_cells: list[str] = Field(default_factory=list, description="Benchmark cells expected to move.")
 
 
@@ -143,9 +147,7 @@ class ToolBox:
     def dispatch(self, name: str, raw_arguments: str | None) -> ToolOutcome:
         name = (name or "").strip().removeprefix("functions.")
         if name not in _DESCRIPTIONS:
-            return ToolOutcome(
-                f"ERROR: unknown tool {name!r}; available tools: {', '.join(_DESCRIPTIONS)}.", ok=False
-            )
+            return ToolOutcome(f"ERROR: unknown tool {name!r}; available tools: {', '.join(_DESCRIPTIONS)}.", ok=False)
         try:
             args = _DESCRIPTIONS[name][1].model_validate(_parse_arguments(raw_arguments))
         except (ValueError, ValidationError) as exc:
@@ -161,8 +163,7 @@ class ToolBox:
             raise
         except ActionDenied as exc:
             return ToolOutcome(
-                f"DENIED by policy rule {exc.rule}: {exc.reason}. This action is not allowed; "
-                f"do something else.",
+                f"DENIED by policy rule {exc.rule}: {exc.reason}. This action is not allowed; do something else.",
                 ok=False,
             )
         except _TOOL_ERRORS as exc:
@@ -198,11 +199,7 @@ class ToolBox:
     def _search(self, args: SearchArgs) -> ToolOutcome:
         hits = self.tools.search(args.pattern, args.directory)
         shown = hits[: self.config.search_max_hits]
-        more = (
-            f"\n[{len(hits) - len(shown)} more hits not shown; narrow the pattern]"
-            if len(hits) > len(shown)
-            else ""
-        )
+        more = f"\n[{len(hits) - len(shown)} more hits not shown; narrow the pattern]" if len(hits) > len(shown) else ""
         return ToolOutcome(self._cut("\n".join(shown) or "(no matches)", "narrow the pattern") + more)
 
     def _view_metrics(self, args: NoArgs) -> ToolOutcome:
@@ -213,9 +210,7 @@ class ToolBox:
         )
 
     def _view_profile(self, args: NoArgs) -> ToolOutcome:
-        return ToolOutcome(
-            self._cut(self.state.profile or "No profile was taken for the incumbent.", "sorry")
-        )
+        return ToolOutcome(self._cut(self.state.profile or "No profile was taken for the incumbent.", "sorry"))
 
     def _propose_patch(self, args: ProposePatchArgs) -> ToolOutcome:
         record: dict[str, object] = {
