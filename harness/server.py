@@ -163,6 +163,9 @@ def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: di
         if not loaded.is_relative_to(root):
             raise WrongTreeLoaded(f"server imported vLLM from {loaded or '?'}, not from {tree}; check the overlay")
         evidence["host_gemma4_sha256"] = tree_digest(tree)
+        if (evidence.get("gemma4_sha256") or "") != evidence["host_gemma4_sha256"]:
+            raise WrongTreeLoaded(f"the server's gemma4.py (sha256 {evidence.get('gemma4_sha256')}) is not the tree's "
+                                  f"({evidence['host_gemma4_sha256']}); the measured code is not the candidate")
         evidence["isolation"] = running.isolation
         yield Server(base_url=running.base_url, model_name=config.served_model_name, startup_s=startup_s,
                      evidence=evidence, log_path=log_path, running=running)
