@@ -24,8 +24,10 @@ from agent.loop import Campaign, Event
 from agent.spec import CampaignSpec
 from audit import AuditWriter, write_report
 from harness.engine_args import engine_argv
+from harness.errors import HarnessError
 from harness.measure import ABResult, Build, ab_compare, measure_grid
 from harness.parity import load_reference, save_reference
+from harness.profiling import profile_cell, render_profiles
 from policies import load_policy
 from sandbox.base import Backend
 from sandbox.workspace import Workspace
@@ -85,6 +87,27 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
     return grid.generations, rows
 
 
+def _profile(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
+             log_dir: Path, on_event: Event) -> str | None:
+    """Where the baseline spends its time (largest cell): the proposer's starting point. Optional."""
+    if not spec.profile_baseline:
+        return None
+    on_event("phase", {"phase": "baseline: profile"})
+    cell = max((c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
+    _gate_server(gate, spec, ws.serving_config(), 8002, 0)
+    try:
+        profiles = profile_cell(backend, tree=ws.root, engine_args=ws.serving_config(),
+                                server=spec.server.model_copy(update={"port": 8002}), bench=spec.benchmark,
+                                cell=cell, work_dir=log_dir / "runs" / "profile", cache_dir=log_dir / "cache")
+    except HarnessError as exc:   # a missing profile weakens the proposer's view; it does not stop the campaign
+        writer.append("error", iteration=0, payload={"phase": "profile", "type": type(exc).__name__,
+                                                     "message": str(exc)[:2000]})
+        return None
+    text = render_profiles(profiles)
+    writer.append("baseline.profile", iteration=0, payload={"cell": cell.label, "text": text})
+    return text
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -109,9 +132,12 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             "environment": describe_environment(), "isolation": spec.sandbox.backend})
         reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                     log_dir=log_dir, on_event=on_event)
+        profile = _profile(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend, log_dir=log_dir,
+                           on_event=on_event)
         camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
-                        baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, on_event=on_event)
+                        baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
+                        on_event=on_event)
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
 
@@ -162,6 +188,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         writer=writer, gate=gate, workspace=ws, backend=backend, proposer=proposer,
                         reference=reference, baseline_rows=rows, incumbent_ref=journal.incumbent_ref,
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
+                        profile=journal.profile,
                         next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event)
         if journal.open_iteration is not None:   # crashed mid-iteration: close it as a value, then go on
             camp._finish(journal.open_iteration, "failed", "interrupted (crash or kill); resumed", proposal=None)

@@ -31,6 +31,7 @@ class Journal:
     last_iteration: int = 0
     open_iteration: int | None = None      # an iteration with a hypothesis but no result (crashed mid-way)
     ended: bool = False
+    profile: str | None = None
 
 
 def read_journal(directory: Path) -> Journal:
@@ -71,6 +72,8 @@ def read_journal(directory: Path) -> Journal:
             if body.get("accepted"):
                 journal.incumbent_ref = str(body["commit"])
                 journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))
+        elif kind == "baseline.profile":
+            journal.profile = str(body.get("text", "")) or None
         elif kind == "campaign.end":
             journal.ended = True
     return journal

@@ -59,6 +59,7 @@ class Campaign:
     incumbent_ref: str
     incumbent_rows: list[dict[str, Any]]
     history: list[HistoryEntry] = field(default_factory=list)
+    profile: str | None = None             # the baseline's top ops, rendered for the proposer
     next_iteration: int = 1
     started: float = field(default_factory=time.monotonic)
     on_event: Event = lambda kind, data: None
@@ -116,7 +117,7 @@ class Campaign:
         return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref,
                              serving_config=self.workspace.serving_config(),
                              incumbent_metrics=tuple(self.incumbent_rows), baseline_metrics=tuple(self.baseline_rows),
-                             history=tuple(self.history),
+                             history=tuple(self.history), profile=self.profile,
                              budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
                              allowed_paths=("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**",
                                             "vllm/v1/attention/**", "serving.yaml"))

@@ -99,6 +99,7 @@ class CampaignSpec(BaseModel):
     proposer: ProposerConfig = ProposerConfig()
     budget: BudgetConfig = BudgetConfig()
     final_comparison: bool = Field(default=True, description="measure best vs baseline once more at the end")
+    profile_baseline: bool = Field(default=True, description="profile the baseline's largest cell for the proposer")
 
     def workspace_dir(self, cwd: Path) -> Path:
         return (self.target.workspace or cwd / ".ratchet" / "workspaces" / self.name).resolve()

@@ -23,7 +23,7 @@ from harness.errors import HarnessError
 from harness.server import serve
 from sandbox.base import Backend
 
-__all__ = ["OpTime", "Profile", "profile_cell", "top_ops", "read_traces"]
+__all__ = ["OpTime", "Profile", "profile_cell", "top_ops", "read_traces", "render_profiles"]
 
 _OP_CATEGORIES = {"cpu_op", "kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime"}
 
@@ -128,3 +128,13 @@ def _wait_for_new_traces(root: Path, before: set[Path], timeout_s: float = 120.0
         last = current
         time.sleep(1.0)
     raise HarnessError(f"no profiler trace appeared under {root} within {timeout_s:.0f} s; read the server log")
+
+
+def render_profiles(profiles: list[Profile]) -> str:
+    """A plain-text table per phase, for proposers and the log."""
+    lines = []
+    for prof in profiles:
+        lines.append(f"{prof.phase} ({prof.cell.label}): top ops by self time")
+        lines += [f"  {op.share:6.1%} {op.self_ms:9.1f} ms {op.calls:7d}x  [{op.category}] {op.name[:90]}"
+                  for op in prof.ops]
+    return "\n".join(lines)

@@ -59,3 +59,17 @@ def test_a_bad_spec_exits_2_with_the_field_path(tmp_path: Path) -> None:
     proc = ratchet("measure", str(spec), timeout=120)
     assert proc.returncode == 2
     assert "server.bogus: unknown key" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.vllm
+def test_profile_ranks_ops_by_self_time_for_prefill_and_decode(random_model: Path, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, model=random_model, workspace=tmp_path / "ws",
+                      prompts=write_prompts(tmp_path / "p.jsonl"))
+    proc = ratchet("profile", str(spec), "--cell", "64/8", "--out", str(tmp_path / "prof.json"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    phases = {p["phase"]: p for p in json.loads((tmp_path / "prof.json").read_text())}
+    assert set(phases) == {"prefill", "decode"}
+    for prof in phases.values():
+        assert prof["ops"] and prof["ops"][0]["self_ms"] > 0
+        assert sum(op["share"] for op in prof["ops"]) <= 1.0 + 1e-9
+    assert "top ops by self time" in proc.stdout
