@@ -290,13 +290,14 @@ def calls_in_text(text: str) -> list[tuple[str, str]]:
 
 
 def _parse_arguments(raw: str | None) -> dict[str, Any]:
-    """JSON object arguments; tolerate empty arguments and one level of double encoding."""
+    """JSON object arguments; tolerate empty arguments, raw control characters (newlines) inside strings
+    and one level of double encoding."""
     if raw is None or not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
+        value = json.loads(raw, strict=False)
         if isinstance(value, str) and value.strip().startswith("{"):
-            value = json.loads(value)
+            value = json.loads(value, strict=False)
     except json.JSONDecodeError as exc:
         raise ValueError(f"arguments are not valid JSON ({exc.msg} at position {exc.pos})") from exc
     if not isinstance(value, dict):

@@ -158,10 +158,7 @@ def test_a_denied_read_reaches_the_model_as_a_tool_result() -> None:
         result = propose(server, fake)
     assert isinstance(result, GiveUp) and "denied" in result.reason
     [message] = server.tool_results(1)
-    assert (
-        message.startswith("DENIED by policy rule fake-deny:vllm/secret/*")
-        and "secrets are off limits" in message
-    )
+    assert message.startswith("DENIED by policy rule fake-deny:vllm/secret/*") and "secrets are off limits" in message
     assert fake.notes_of("llm.tool_error")[0]["tool"] == "read_file"
 
 
@@ -234,6 +231,12 @@ def test_malformed_tool_calls_get_error_results_and_the_conversation_goes_on() -
     assert answered == asked
 
 
+def test_raw_newlines_inside_argument_strings_are_tolerated() -> None:
+    with ScriptedOpenAIServer([reply(call("give_up", '{"reason": "line one\nline two"}'))]) as server:
+        result = propose(server)
+    assert result == GiveUp("model gave up: line one\nline two")
+
+
 def test_plain_text_and_refusals_get_nudges_then_give_up() -> None:
     script: list[Entry] = [
         say("I think we should optimise attention."),
@@ -250,9 +253,7 @@ def test_plain_text_and_refusals_get_nudges_then_give_up() -> None:
 
 def test_tool_calls_left_in_the_reply_text_are_taken_as_calls() -> None:
     script: list[Entry] = [
-        say(
-            'Let me look.\n<tool_call>{"name": "list_files", "arguments": {"directory": "vllm"}}</tool_call>'
-        ),
+        say('Let me look.\n<tool_call>{"name": "list_files", "arguments": {"directory": "vllm"}}</tool_call>'),
         say('```json\n{"name": "give_up", "arguments": {"reason": "text call"}}\n```'),
     ]
     with ScriptedOpenAIServer(script) as server:
@@ -285,10 +286,7 @@ def test_tool_results_can_go_back_as_one_user_message_for_lenient_templates() ->
     messages = server.requests[1]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[-1]["content"].startswith("Result of functions.view_metrics:")
-    assert (
-        "Result of functions.read_file:\nERROR: read_file failed: FileNotFoundError"
-        in messages[-1]["content"]
-    )
+    assert "Result of functions.read_file:\nERROR: read_file failed: FileNotFoundError" in messages[-1]["content"]
 
 
 def test_long_files_are_read_in_pages_with_a_note() -> None:
@@ -389,9 +387,7 @@ def test_every_turn_is_charged_and_noted() -> None:
 
 def test_missing_usage_is_estimated_and_still_charged() -> None:
     fake = tools()
-    with ScriptedOpenAIServer(
-        [Reply(tool_calls=(call("give_up", reason="ok"),), with_usage=False)]
-    ) as server:
+    with ScriptedOpenAIServer([Reply(tool_calls=(call("give_up", reason="ok"),), with_usage=False)]) as server:
         propose(server, fake)
     assert fake.spent["llm_tokens"] > 0 and fake.notes_of("llm.turn")[0]["usage"]["estimated"]  # type: ignore[index]
 
@@ -456,9 +452,7 @@ def test_api_key_dummy_on_loopback_and_a_clear_error_elsewhere(monkeypatch: pyte
 
 def test_fake_proposer_replays_its_script() -> None:
     proposal = Proposal(hypothesis="h", patch="p")
-    fake = FakeProposer(
-        [proposal, ProposerError("boom"), lambda state, tools: GiveUp(f"it {state.iteration}")]
-    )
+    fake = FakeProposer([proposal, ProposerError("boom"), lambda state, tools: GiveUp(f"it {state.iteration}")])
     rng = random.Random(0)
     assert fake.propose(make_state(), tools(), rng=rng) is proposal
     with pytest.raises(ProposerError):
