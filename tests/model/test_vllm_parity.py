@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from gemma4_tiny_paths import HELD, MODEL_DIR
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -17,7 +17,6 @@ import json
 from pathlib import Path
 
 import torch
-
 from task import LONG_PERIOD, MODES, SHORT_PERIOD, SLIDING_WINDOW, make_sequence
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from task import PAD_ID
 
 __all__ = ["BUGS", "changed_prompts", "greedy", "load_buggy", "load_model"]

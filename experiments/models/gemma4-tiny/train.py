@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from task import (
     BOS_ID,
     EOS_ID,
