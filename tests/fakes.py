@@ -180,9 +180,7 @@ class ScriptedOpenAIServer:
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
         if answer.tool_calls:
             message["tool_calls"] = list(answer.tool_calls)
-        out_chars = len(answer.content or "") + sum(
-            len(c["function"]["arguments"]) for c in answer.tool_calls
-        )
+        out_chars = len(answer.content or "") + sum(len(c["function"]["arguments"]) for c in answer.tool_calls)
         prompt = (
             answer.prompt_tokens
             if answer.prompt_tokens is not None
@@ -346,9 +344,7 @@ class FakeTools:
             for path in check_patch_paths(diff):
                 self._deny(path)
                 if not any(fnmatch.fnmatch(path, glob) for glob in self.writable):
-                    raise ActionDenied(
-                        "fake-writable", f"{path} is outside the allowed paths {self.writable}"
-                    )
+                    raise ActionDenied("fake-writable", f"{path} is outside the allowed paths {self.writable}")
             proc = subprocess.run(
                 ["git", "apply", "--check", "--whitespace=nowarn", "-"],
                 cwd=root,
@@ -357,9 +353,7 @@ class FakeTools:
                 timeout=60,
             )
             if proc.returncode != 0:
-                raise PatchRejected(
-                    f"git apply --check failed: {proc.stderr.decode(errors='replace').strip()}"
-                )
+                raise PatchRejected(f"git apply --check failed: {proc.stderr.decode(errors='replace').strip()}")
         self.checked.append(diff)
         return diff
 
@@ -397,9 +391,7 @@ class FakeProposer:
 
     name = "fake"
 
-    def __init__(
-        self, script: Iterable[ProposerStep] = (), *, when_done: Proposal | GiveUp = _SCRIPT_DONE
-    ) -> None:
+    def __init__(self, script: Iterable[ProposerStep] = (), *, when_done: Proposal | GiveUp = _SCRIPT_DONE) -> None:
         self._script: Iterator[ProposerStep] = iter(list(script))
         self.when_done = when_done
         self.seen: list[CampaignState] = []

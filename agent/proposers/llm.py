@@ -70,9 +70,7 @@ class LLMProposer:
                     raise BudgetExhausted(
                         f"{resource}: no budget left before LLM call {turn} of iteration {state.iteration}"
                     )
-            summarised = compact(
-                messages, max_chars=cfg.max_context_chars, keep_recent=cfg.keep_recent_messages
-            )
+            summarised = compact(messages, max_chars=cfg.max_context_chars, keep_recent=cfg.keep_recent_messages)
             response = self._complete(messages, tools, rng=rng, turn=turn)
             reply = _assistant_message(response, turn)
             if not reply.get("tool_calls") and cfg.parse_text_tool_calls:
@@ -95,8 +93,7 @@ class LLMProposer:
                     "turn": turn,
                     "content": _clip(reply["content"]),
                     "tool_calls": [
-                        {"name": c["function"]["name"], "arguments": _clip(c["function"]["arguments"])}
-                        for c in calls
+                        {"name": c["function"]["name"], "arguments": _clip(c["function"]["arguments"])} for c in calls
                     ],
                     "usage": usage,
                     "finish_reason": _finish_reason(response),
@@ -165,9 +162,7 @@ class LLMProposer:
         )
         return result
 
-    def _complete(
-        self, messages: list[dict[str, Any]], tools: Tools, *, rng: random.Random, turn: int
-    ) -> Any:
+    def _complete(self, messages: list[dict[str, Any]], tools: Tools, *, rng: random.Random, turn: int) -> Any:
         """One chat completion, with bounded retry rounds around the client's own retries."""
         cfg = self.config
         kwargs: dict[str, Any] = {

@@ -60,30 +60,22 @@ class LLMConfig(BaseModel):
     )
     send_seed: bool = Field(
         default=True,
-        description="Send a seed drawn from the iteration's rng (reproducibility "
-        "where the server honours it).",
+        description="Send a seed drawn from the iteration's rng (reproducibility where the server honours it).",
     )
-    request_timeout_s: float = Field(
-        default=180.0, gt=0, description="Timeout of one HTTP request, in seconds."
-    )
+    request_timeout_s: float = Field(default=180.0, gt=0, description="Timeout of one HTTP request, in seconds.")
     max_retries: int = Field(
         default=2,
         ge=0,
-        description="Retries inside the openai client (429, 5xx, timeouts, "
-        "connection errors), with its own backoff.",
+        description="Retries inside the openai client (429, 5xx, timeouts, connection errors), with its own backoff.",
     )
     retry_rounds: int = Field(
         default=3,
         ge=1,
         description="Our bounded loop around the client: attempts per LLM call before ProposerError.",
     )
-    backoff_s: float = Field(
-        default=2.0, ge=0, description="First wait between our retry rounds; doubles each round."
-    )
+    backoff_s: float = Field(default=2.0, ge=0, description="First wait between our retry rounds; doubles each round.")
     backoff_max_s: float = Field(default=60.0, ge=0, description="Cap on one wait between retry rounds.")
-    price_input_per_mtok: float = Field(
-        default=0.0, ge=0, description="USD per 1M prompt tokens (llm_usd metering)."
-    )
+    price_input_per_mtok: float = Field(default=0.0, ge=0, description="USD per 1M prompt tokens (llm_usd metering).")
     price_output_per_mtok: float = Field(default=0.0, ge=0, description="USD per 1M completion tokens.")
     max_context_chars: int = Field(
         default=120_000,
@@ -95,15 +87,12 @@ class LLMConfig(BaseModel):
     read_max_lines: int = Field(
         default=400,
         ge=10,
-        description="read_file returns at most this many lines per call "
-        "(the model pages with start_line/end_line).",
+        description="read_file returns at most this many lines per call (the model pages with start_line/end_line).",
     )
     tool_result_max_chars: int = Field(
         default=24_000, ge=500, description="Any single tool result is cut to this size."
     )
-    search_max_hits: int = Field(
-        default=80, ge=1, description="search returns at most this many matching lines."
-    )
+    search_max_hits: int = Field(default=80, ge=1, description="search returns at most this many matching lines.")
 
     def api_key(self) -> str:
         """The key from `api_key_env`; a dummy for loopback servers; else a ValueError saying what to set."""
@@ -127,6 +116,4 @@ class LLMConfig(BaseModel):
             return False
 
     def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (
-            prompt_tokens * self.price_input_per_mtok + completion_tokens * self.price_output_per_mtok
-        ) / 1e6
+        return (prompt_tokens * self.price_input_per_mtok + completion_tokens * self.price_output_per_mtok) / 1e6

@@ -30,10 +30,7 @@ def conversation_chars(messages: list[dict[str, Any]]) -> int:
 
 def _summary(text: str, what: str) -> str:
     first = text.strip().splitlines()[0][:120] if text.strip() else ""
-    return (
-        f"[{what} summarised to save context ({len(text)} chars); began: {first!r}. "
-        f"Call the tool again if needed.]"
-    )
+    return f"[{what} summarised to save context ({len(text)} chars); began: {first!r}. Call the tool again if needed.]"
 
 
 def compact(messages: list[dict[str, Any]], *, max_chars: int, keep_recent: int) -> int:
@@ -49,11 +46,7 @@ def compact(messages: list[dict[str, Any]], *, max_chars: int, keep_recent: int)
                 return changed
             msg = messages[i]
             text = str(msg.get("content") or "")
-            if (
-                msg.get("role") != role
-                or len(text) < _MIN_SUMMARY
-                or "summarised to save context" in text[:60]
-            ):
+            if msg.get("role") != role or len(text) < _MIN_SUMMARY or "summarised to save context" in text[:60]:
                 continue
             new = _summary(text, {"tool": "tool result", "user": "message"}.get(role, "earlier reply"))
             msg["content"] = new

@@ -28,9 +28,7 @@ NUDGE = (
 
 
 def system_prompt(state: CampaignState, *, max_turns: int) -> str:
-    allowed = (
-        "\n".join(f"  - {glob}" for glob in state.allowed_paths) or "  - (none listed: ask by proposing)"
-    )
+    allowed = "\n".join(f"  - {glob}" for glob in state.allowed_paths) or "  - (none listed: ask by proposing)"
     return f"""You are a performance engineer in an automated, audited optimisation campaign.
 
 MISSION
@@ -76,17 +74,13 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def render_metrics(
-    rows: Sequence[Mapping[str, object]], baseline: Sequence[Mapping[str, object]] = ()
-) -> str:
+def render_metrics(rows: Sequence[Mapping[str, object]], baseline: Sequence[Mapping[str, object]] = ()) -> str:
     """A compact table, one row per cell; `x1.07` after a value is its ratio to the baseline."""
     if not rows:
         return "(no measurements yet)"
     keys = [k for k in _PREFERRED if any(k in r for r in rows)]
     numeric = [
-        k
-        for k in rows[0]
-        if k not in keys and k not in ("cell", "repeats") and isinstance(rows[0][k], int | float)
+        k for k in rows[0] if k not in keys and k not in ("cell", "repeats") and isinstance(rows[0][k], int | float)
     ]
     keys = (keys + numeric)[:_MAX_COLUMNS]
     base = {str(r.get("cell")): r for r in baseline}
@@ -97,12 +91,7 @@ def render_metrics(
             value = row.get(key, "")
             text = _fmt(value)
             ref = base.get(str(row.get("cell")), {}).get(key)
-            if (
-                isinstance(value, int | float)
-                and isinstance(ref, int | float)
-                and ref
-                and key != "cv_headline"
-            ):
+            if isinstance(value, int | float) and isinstance(ref, int | float) and ref and key != "cv_headline":
                 text += f" (x{value / ref:.3f} vs baseline)"
             cells.append(text)
         lines.append(f"{row.get('cell', '?')} | " + " | ".join(cells))
