@@ -56,6 +56,7 @@ class CampaignState:
     profile: str | None = None                   # a readable top-ops table, when one was taken
     budget_left: dict[str, float] = field(default_factory=dict)
     allowed_paths: tuple[str, ...] = ()          # globs the policy allows writing, for the prompt
+    baseline_serving_config: dict[str, object] = field(default_factory=dict)   # the stock engine args
 
 
 class Tools(Protocol):

@@ -118,6 +118,7 @@ class Campaign:
                              serving_config=self.workspace.serving_config(),
                              incumbent_metrics=tuple(self.incumbent_rows), baseline_metrics=tuple(self.baseline_rows),
                              history=tuple(self.history), profile=self.profile,
+                             baseline_serving_config=dict(self.spec.server.engine_args),
                              budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
                              allowed_paths=("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**",
                                             "vllm/v1/attention/**", "serving.yaml"))

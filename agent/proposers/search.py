@@ -68,7 +68,8 @@ class SearchProposer:
             yield {**incumbent, **point}
 
     def propose(self, state: CampaignState, tools: Tools, *, rng: random.Random) -> Proposal | GiveUp:
-        tried = {entry.source for entry in state.history}
+        # The baseline was measured already: going back to it is not a new point.
+        tried = {entry.source for entry in state.history} | {f"search:{_key(state.baseline_serving_config)}"}
         incumbent = dict(state.serving_config)
         # Seeded by the campaign seed and iteration only: a resumed campaign proposes the same point.
         local = random.Random(f"{self.config.seed}:{state.iteration}")

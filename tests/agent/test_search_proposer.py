@@ -75,3 +75,12 @@ def test_serving_diff_is_git_style() -> None:
     diff = serving_diff("a: 1\n", "a: 2\n")
     assert diff.startswith("diff --git a/serving.yaml b/serving.yaml\n--- a/serving.yaml\n+++ b/serving.yaml\n")
     assert serving_diff("a: 1\n", "a: 1\n") == ""
+
+
+def test_the_baseline_point_is_never_proposed_again(tmp_path: Path) -> None:
+    (tmp_path / "serving.yaml").write_text(yaml.safe_dump({"max_num_seqs": 8}))
+    proposer = SearchProposer(SearchConfig(strategy="grid", space={"max_num_seqs": [1, 8]}))
+    state = CampaignState(iteration=2, incumbent_ref="x", serving_config={"max_num_seqs": 8}, incumbent_metrics=(),
+                          baseline_metrics=(), baseline_serving_config={"max_num_seqs": 1})
+    result = proposer.propose(state, FileTools(tmp_path), rng=random.Random(0))  # type: ignore[arg-type]
+    assert isinstance(result, GiveUp) and "exhausted" in result.reason
