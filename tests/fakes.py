@@ -438,6 +438,7 @@ def make_state(**overrides: Any) -> CampaignState:
         ),
         "budget_left": {"llm_tokens": 100_000.0, "llm_usd": 5.0},
         "allowed_paths": ("vllm/**", "serving.yaml"),
+        "baseline_serving_config": {"enforce_eager": True, "dtype": "float32", "max_num_seqs": 4},
     }
     base.update(overrides)
     return CampaignState(**base)

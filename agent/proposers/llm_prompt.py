@@ -114,6 +114,20 @@ def _history_line(entry: HistoryEntry) -> str:
     return line
 
 
+def _serving_changes(state: CampaignState) -> str:
+    """What the incumbent changed in the engine args relative to the stock (baseline) ones."""
+    base: dict[str, object] = dict(getattr(state, "baseline_serving_config", None) or {})
+    if not base:
+        return ""
+    now = state.serving_config
+    changed = [
+        f"{k}: {base.get(k, '(unset)')} -> {now.get(k, '(unset)')}"
+        for k in sorted(set(base) | set(now))
+        if base.get(k) != now.get(k)
+    ]
+    return "\nchanged from the baseline: " + ("; ".join(changed) if changed else "nothing yet")
+
+
 def render_state(state: CampaignState) -> str:
     history = state.history[-_MAX_HISTORY:]
     older = len(state.history) - len(history)
@@ -130,7 +144,7 @@ def render_state(state: CampaignState) -> str:
 {render_metrics(state.incumbent_metrics, state.baseline_metrics)}
 
 ## Serving config (serving.yaml)
-{render_serving(state.serving_config)}
+{render_serving(state.serving_config)}{_serving_changes(state)}
 
 ## Profile
 {profile}

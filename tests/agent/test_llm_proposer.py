@@ -123,6 +123,7 @@ def test_list_read_propose_submit_returns_the_checked_proposal() -> None:
     system, user = first["messages"][0]["content"], first["messages"][1]["content"]
     assert "vllm/**" in system and "serving.yaml" in system and "token" in system
     assert "in64/out8" in user and "x1.095" in user and "max_num_seqs: 8" in user
+    assert "changed from the baseline: max_num_seqs: 4 -> 8" in user
     assert GEMMA in server.tool_results(1)[0]
     assert "class Gemma4MLP" in server.tool_results(2)[-1]
     assert "OK: the patch passed" in server.tool_results(3)[-1]
