@@ -23,7 +23,6 @@ import argparse
 import fnmatch
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -33,7 +32,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 __all__ = ["BundleError", "Target", "HostPackages", "Resolved", "resolve", "drop_files", "write_chunks",
            "reassemble", "build", "install", "main", "MANIFEST", "FORMAT"]
@@ -270,13 +269,16 @@ def drop_files(wheel: Path, patterns: Iterable[str], dest: Path) -> list[str]:
     return dropped
 
 
-def write_chunks(files: list[Path], out_dir: Path, chunk_bytes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def write_chunks(files: list[Path], out_dir: Path,
+                 chunk_bytes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Concatenate `files` into one stream cut into `chunk_bytes` pieces, each in its own folder
     part-NNN/ (one folder per transfer). Returns (file records with offsets, chunk records)."""
     if chunk_bytes <= 0:
         raise BundleError("chunk size must be positive")
-    records, chunks = [], []
-    offset, index, current, written, h = 0, 0, None, 0, hashlib.sha256()
+    records: list[dict[str, Any]] = []
+    chunks: list[dict[str, Any]] = []
+    current: BinaryIO | None = None
+    offset, index, written, h = 0, 0, 0, hashlib.sha256()
 
     def close() -> None:
         nonlocal current, index, written, h
@@ -397,7 +399,8 @@ class _ChunkReader:
     """Sequential reads across the chunk files as one stream."""
 
     def __init__(self, paths: list[Path]) -> None:
-        self.paths, self.index, self.pos, self.fh = paths, 0, 0, None
+        self.paths, self.index, self.pos = paths, 0, 0
+        self.fh: BinaryIO | None = None
 
     def read_range(self, offset: int, size: int) -> Iterable[bytes]:
         if offset != self.pos:

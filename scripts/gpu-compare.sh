@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the lent H200 (after gpu-setup.sh): a short `ratchet compare` A/B, stock vs one engine-arg change,
-# on a reduced grid (in2048: out128 + prefill). Both servers share the one GPU, so both get
+# on a reduced grid (in2048: out128 + prefill, REPEATS pairs). Both servers share the one GPU, so both get
 # gpu_memory_utilization 0.42 (a derived spec in /var/tmp; the committed spec is unchanged).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +17,12 @@ d["name"] = "gemma4-e2b-gpu-ab"
 d["server"]["model"] = str((src.parent / d["server"]["model"]).resolve())
 d["parity"]["prompts"] = str((src.parent / d["parity"]["prompts"]).resolve())
 d["server"]["engine_args"]["gpu_memory_utilization"] = 0.42
-d["benchmark"].update(input_lens=[2048], output_lens=[128], prefill=True, repeats=3)
+d["benchmark"].update(input_lens=[2048], output_lens=[128], prefill=True, repeats=int(__import__("os").environ.get("REPEATS", "2")))
 Path("/var/tmp/gemma4-e2b-gpu-ab.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
 PY
+# Seed both servers' compile caches from the measure run (start-up time only; throughput is unaffected).
+SRC=$(ls -d /var/tmp/.cache/*/ 2>/dev/null | grep -v /compare/ | head -1)
+for t in A B; do mkdir -p /var/tmp/.cache/compare/$t; [ -n "$SRC" ] && cp -r "$SRC". /var/tmp/.cache/compare/$t/; done
 timeout -s INT -k 30 "$LIMIT" python3 -m agent.cli compare /var/tmp/gemma4-e2b-gpu-ab.yaml --workspace /var/tmp/ws-ab \
   --baseline HEAD --candidate HEAD --engine-args "$CAND" --out "$OUT/h200-e2b-ab.json" 2>&1 | tee "$OUT/compare.log"
 echo "rc=${PIPESTATUS[0]}"

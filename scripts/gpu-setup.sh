@@ -20,6 +20,7 @@ if ! ldconfig -p | grep -q 'libcuda.so'; then   # the harness starts servers wit
   for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do [ -d $d ] && echo $d; done > /etc/ld.so.conf.d/zz-nvidia.conf
   ldconfig
 fi
+ln -sf "$(dirname "$PY")/ninja" /usr/local/bin/ninja   # flashinfer JIT runs ninja; the harness gives servers PATH=/usr/local/bin:/usr/bin:/bin
 SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$PWD" > "$SITE/ratchet-local.pth"
 "$PY" experiments/models/gemma4-e2b-dummy/make_e2b_dummy.py
