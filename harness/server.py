@@ -149,6 +149,9 @@ def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: di
             *engine_argv(engine_args), *extra_argv)
     cache_dir.mkdir(parents=True, exist_ok=True)
     env = {**_FIXED_ENV, **check_env(config.env), "HOME": str(cache_dir), "VLLM_CACHE_ROOT": str(cache_dir / "vllm")}
+    # The interpreter's own bin folder first: build tools vLLM calls at run time (ninja for FlashInfer's JIT,
+    # compilers for torch.compile) are installed there in a venv.
+    env["PATH"] = f"{Path(python).parent}:{env['PATH']}"
     launch = Launch(name=log_path.stem, argv=argv, workspace=tree.resolve(), env=env, port=port,
                     log_path=log_path, mounts=(Mount(source=model, target=str(model)),),
                     limits=limits or Limits())
