@@ -91,7 +91,7 @@ def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename:
         "--backend", "vllm", "--base-url", job.base_url, "--model", job.model_name,
         "--tokenizer", str(job.tokenizer), "--dataset-name", "random",
         "--random-input-len", str(job.cell.input_len), "--random-output-len", str(job.cell.output_len),
-        "--random-range-ratio", "0", "--num-prompts", str(config.num_prompts),
+        "--random-range-ratio", "0", "--num-prompts", str(config.prompts_for(job.cell)),
         "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(config.num_warmups),
         "--ignore-eos", "--seed", str(config.seed + job.repeat), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
@@ -157,7 +157,8 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     job = jobs[index]
                     if check_alive:
                         check_alive(job)
-                    run = CellRun(job=job, result=parse_result(work_dir / files[index], job, config.num_prompts),
+                    result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
+                    run = CellRun(job=job, result=result,
                                   wall_s=time.monotonic() - started)
                     runs.append(run)
                     if on_done:

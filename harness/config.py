@@ -47,6 +47,8 @@ class BenchmarkConfig(BaseModel):
     output_lens: list[PositiveInt] = Field(min_length=1)
     prefill: bool = Field(default=True, description="also measure output length 1 per input length")
     num_prompts: PositiveInt = 32
+    prefill_prompts_factor: PositiveInt = Field(
+        default=4, description="prefill-only runs are short: they send this many times num_prompts")
     max_concurrency: PositiveInt = 8
     num_warmups: int = Field(default=2, ge=0)
     repeats: PositiveInt = 3
@@ -59,6 +61,9 @@ class BenchmarkConfig(BaseModel):
         if len(set(v)) != len(v):
             raise ValueError("lengths must be unique")
         return v
+
+    def prompts_for(self, cell: Cell) -> int:
+        return self.num_prompts * (self.prefill_prompts_factor if cell.is_prefill else 1)
 
     def cells(self) -> list[Cell]:
         cells = [Cell(input_len=i, output_len=o) for i in self.input_lens for o in self.output_lens]
