@@ -70,10 +70,8 @@ class LocalRunning:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=_STOP_GRACE_S)
         _signal_group(pgid, signal.SIGKILL)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):  # only a kernel-stuck process outlives SIGKILL
             self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - only a kernel-stuck process
-            pass
         # Children that left the group (setsid) are still tracked by pid.
         for proc in leftovers:
             with contextlib.suppress(psutil.Error):

@@ -14,7 +14,7 @@ SPECIALS = ("<pad>", "<eos>", "<bos>")
 
 
 def write_tokenizer(out: Path, vocab: int = VOCAB) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     names = list(SPECIALS) + [f"t{i}" for i in range(vocab - len(SPECIALS))]
     tok = Tokenizer(models.WordLevel({n: i for i, n in enumerate(names)}, unk_token="<pad>"))
