@@ -20,7 +20,7 @@ from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
 from agent.journal import read_journal
-from agent.loop import Campaign, Event
+from agent.loop import Campaign, Event, pick_port
 from agent.spec import CampaignSpec
 from audit import AuditWriter, write_report
 from harness.engine_args import engine_argv
@@ -60,18 +60,22 @@ def _limits(spec: CampaignSpec) -> dict[str, float]:
             "gpu_minutes": b.gpu_minutes}
 
 
-def _gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], port: int, it: int) -> None:
+def _gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], it: int,
+                 *, exclude: tuple[int, ...] = ()) -> int:
+    """Pick a free port, ask the gate to start a server there; return the port."""
+    port = pick_port(exclude)
     argv = ["vllm", "serve", str(spec.server.model), "--host", "127.0.0.1", "--port", str(port),
             *engine_argv(engine_args)]
     gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
                   "port": port}, iteration=it)
+    return port
 
 
 def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
               ws: Workspace, backend: Backend, log_dir: Path, on_event: Event) -> tuple[list[Any], list[Any]]:
     on_event("phase", {"phase": "baseline: parity reference + grid"})
-    _gate_server(gate, spec, ws.serving_config(), 8000, 0)
-    server = spec.server.model_copy(update={"port": 8000})
+    port = _gate_server(gate, spec, ws.serving_config(), 0)
+    server = spec.server.model_copy(update={"port": port})
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
     grid = measure_grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
                         cache_dir=log_dir / "cache", parity=spec.parity,
@@ -94,10 +98,10 @@ def _profile(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: W
         return None
     on_event("phase", {"phase": "baseline: profile"})
     cell = max((c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
-    _gate_server(gate, spec, ws.serving_config(), 8002, 0)
+    port = _gate_server(gate, spec, ws.serving_config(), 0)
     try:
         profiles = profile_cell(backend, tree=ws.root, engine_args=ws.serving_config(),
-                                server=spec.server.model_copy(update={"port": 8002}), bench=spec.benchmark,
+                                server=spec.server.model_copy(update={"port": port}), bench=spec.benchmark,
                                 cell=cell, work_dir=log_dir / "runs" / "profile", cache_dir=log_dir / "cache")
     except HarnessError as exc:   # a missing profile weakens the proposer's view; it does not stop the campaign
         writer.append("error", iteration=0, payload={"phase": "profile", "type": type(exc).__name__,
@@ -233,11 +237,12 @@ def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
         a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(base_commit), ref=base_commit)
         b = Build(tag="B", tree=tree_b, engine_args=ws.serving_config(camp.incumbent_ref), ref=camp.incumbent_ref)
         it = camp.next_iteration
-        for port, build in ((8000, a), (8001, b)):
-            _gate_server(camp.gate, camp.spec, build.engine_args, port, it)
+        port_a = _gate_server(camp.gate, camp.spec, a.engine_args, it)
+        port_b = _gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
         result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=camp.spec.benchmark,
                             stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
-                            cache_dir=camp.log_dir / "cache", reference=camp.reference, ports={"A": 8000, "B": 8001},
+                            cache_dir=camp.log_dir / "cache", reference=camp.reference,
+                            ports={"A": port_a, "B": port_b},
                             progress=lambda m: camp.on_event("progress", {"message": m}))
     except Exception as exc:  # recorded; the campaign's accepted commits stand on their own A/Bs
         camp.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})

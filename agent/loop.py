@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,23 @@ from harness.engine_args import engine_argv
 from harness.errors import HarnessError
 from harness.measure import ABResult, Build, ab_compare
 from harness.parity import Generation
+from harness.server import port_is_free
 from harness.stats import decide
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["Campaign", "IterationOutcome"]
+__all__ = ["Campaign", "IterationOutcome", "pick_port", "SERVER_PORTS"]
 
 Event = Callable[[str, dict[str, Any]], None]
+# The ports the default policy lets servers listen on; each start takes a free one.
+SERVER_PORTS = tuple(range(8000, 8016))
+
+
+def pick_port(exclude: Iterable[int] = ()) -> int:
+    """A free port from SERVER_PORTS; when none is free, the first (serve() then names the culprit)."""
+    taken = set(exclude)
+    return next((p for p in SERVER_PORTS if p not in taken and port_is_free(p)), SERVER_PORTS[0])
 
 
 @dataclass(frozen=True)
@@ -164,9 +173,9 @@ class Campaign:
 
     def _gate_servers(self, i: int, builds: tuple[Build, ...]) -> dict[str, int]:
         """Each server start is an action: the policy sees the command line a user would type."""
-        ports = {}
-        for offset, build in enumerate(builds):
-            port = 8000 + (2 * i + offset) % 16
+        ports: dict[str, int] = {}
+        for build in builds:
+            port = pick_port(exclude=ports.values())
             argv = ["vllm", "serve", str(self.spec.server.model), "--host", "127.0.0.1", "--port", str(port),
                     *engine_argv(build.engine_args)]
             self.gate.require({"kind": "start_server", "argv": argv, "env": dict(self.spec.server.env),

@@ -26,7 +26,7 @@ from harness.engine_args import check_env, engine_argv
 from harness.errors import PortInUse, ServerCrashed, ServerNotReady, WrongTreeLoaded
 from sandbox.base import Backend, Launch, Limits, Mount, Running
 
-__all__ = ["Server", "serve", "free_port", "log_tail", "tree_digest"]
+__all__ = ["Server", "serve", "free_port", "port_is_free", "log_tail", "tree_digest"]
 
 EVIDENCE_TAG = "RATCHET_EVIDENCE "
 _ENTRY = f"""
@@ -85,8 +85,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    """True when nothing listens on 127.0.0.1:port. SO_REUSEADDR as the server itself sets it, so that
+    connections of a previous server still in TIME_WAIT do not count as "in use"."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _check_port(port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:
