@@ -302,6 +302,7 @@ class DockerRunning:
     _state: dict[str, Any] = field(default_factory=dict, repr=False)
     _log_thread: threading.Thread | None = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
+    _stop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)   # see LocalRunning._lock
 
     def _refresh(self) -> dict[str, Any]:
         if not self._stopped:
@@ -352,8 +353,11 @@ class DockerRunning:
 
     def stop(self) -> None:
         """Stop and remove the container, its network and its firewall rule; record why it ended."""
-        if self._stopped:
-            return
+        with self._stop_lock:
+            if not self._stopped:
+                self._stop()
+
+    def _stop(self) -> None:
         try:
             # Already gone or dead: the removal below is what matters.
             with contextlib.suppress(Exception):

@@ -21,6 +21,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ class LocalRunning:
     netns: dict[str, str] | None = None
     _cleanup: Callable[[], None] | None = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
+    # stop() may be called from a watchdog thread and from the harness's cleanup at once: the second
+    # caller must wait until the processes are really gone, not return while the first is still waiting.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -61,9 +65,12 @@ class LocalRunning:
 
     def stop(self) -> None:
         """Terminate the whole process group, then kill anything left (vLLM spawns engine cores)."""
-        if self._stopped:
-            return
-        self._stopped = True
+        with self._lock:
+            if not self._stopped:
+                self._stop()
+                self._stopped = True
+
+    def _stop(self) -> None:
         pgid = self.process.pid
         leftovers = _group_members(pgid)
         _signal_group(pgid, signal.SIGTERM)
