@@ -20,10 +20,9 @@ from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
 from agent.journal import read_journal
-from agent.loop import Campaign, Event, pick_port
+from agent.loop import Campaign, Event, gate_server
 from agent.spec import CampaignSpec
 from audit import AuditWriter, write_report
-from harness.engine_args import engine_argv
 from harness.errors import HarnessError
 from harness.measure import ABResult, Build, ab_compare, measure_grid
 from harness.parity import load_reference, save_reference
@@ -60,21 +59,10 @@ def _limits(spec: CampaignSpec) -> dict[str, float]:
             "gpu_minutes": b.gpu_minutes}
 
 
-def _gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], it: int,
-                 *, exclude: tuple[int, ...] = ()) -> int:
-    """Pick a free port, ask the gate to start a server there; return the port."""
-    port = pick_port(exclude)
-    argv = ["vllm", "serve", str(spec.server.model), "--host", "127.0.0.1", "--port", str(port),
-            *engine_argv(engine_args)]
-    gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
-                  "port": port}, iteration=it)
-    return port
-
-
 def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
               ws: Workspace, backend: Backend, log_dir: Path, on_event: Event) -> tuple[list[Any], list[Any]]:
     on_event("phase", {"phase": "baseline: parity reference + grid"})
-    port = _gate_server(gate, spec, ws.serving_config(), 0)
+    port = gate_server(gate, spec, ws.serving_config(), 0)
     server = spec.server.model_copy(update={"port": port})
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
     grid = measure_grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
@@ -98,7 +86,7 @@ def _profile(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: W
         return None
     on_event("phase", {"phase": "baseline: profile"})
     cell = max((c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
-    port = _gate_server(gate, spec, ws.serving_config(), 0)
+    port = gate_server(gate, spec, ws.serving_config(), 0)
     try:
         profiles = profile_cell(backend, tree=ws.root, engine_args=ws.serving_config(),
                                 server=spec.server.model_copy(update={"port": port}), bench=spec.benchmark,
@@ -123,7 +111,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     ws_dir = (workspace_root / campaign_id).resolve()
     policy = load_policy(spec.policy)
     with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
-        source = spec.target.source / spec.target.package if spec.target.source else None
+        source = spec.target_source()
         ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
                               source=source)
         branch = f"ratchet/{campaign_id}"
@@ -237,8 +225,8 @@ def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
         a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(base_commit), ref=base_commit)
         b = Build(tag="B", tree=tree_b, engine_args=ws.serving_config(camp.incumbent_ref), ref=camp.incumbent_ref)
         it = camp.next_iteration
-        port_a = _gate_server(camp.gate, camp.spec, a.engine_args, it)
-        port_b = _gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
+        port_a = gate_server(camp.gate, camp.spec, a.engine_args, it)
+        port_b = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
         result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=camp.spec.benchmark,
                             stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,

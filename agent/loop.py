@@ -30,7 +30,7 @@ from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["Campaign", "IterationOutcome", "pick_port", "SERVER_PORTS"]
+__all__ = ["Campaign", "IterationOutcome", "gate_server", "pick_port", "SERVER_PORTS"]
 
 Event = Callable[[str, dict[str, Any]], None]
 # The ports the default policy lets servers listen on; each start takes a free one.
@@ -41,6 +41,18 @@ def pick_port(exclude: Iterable[int] = ()) -> int:
     """A free port from SERVER_PORTS; when none is free, the first (serve() then names the culprit)."""
     taken = set(exclude)
     return next((p for p in SERVER_PORTS if p not in taken and port_is_free(p)), SERVER_PORTS[0])
+
+
+def gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], iteration: int,
+                *, exclude: tuple[int, ...] = ()) -> int:
+    """Each server start is an action: pick a free port, let the policy see the command line a user would
+    type, and return the port."""
+    port = pick_port(exclude)
+    argv = ["vllm", "serve", str(spec.server.model), "--host", "127.0.0.1", "--port", str(port),
+            *engine_argv(engine_args)]
+    gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
+                  "port": port}, iteration=iteration)
+    return port
 
 
 @dataclass(frozen=True)
@@ -172,15 +184,9 @@ class Campaign:
         return self._judge(i, proposal, canonical, result)
 
     def _gate_servers(self, i: int, builds: tuple[Build, ...]) -> dict[str, int]:
-        """Each server start is an action: the policy sees the command line a user would type."""
         ports: dict[str, int] = {}
         for build in builds:
-            port = pick_port(exclude=ports.values())
-            argv = ["vllm", "serve", str(self.spec.server.model), "--host", "127.0.0.1", "--port", str(port),
-                    *engine_argv(build.engine_args)]
-            self.gate.require({"kind": "start_server", "argv": argv, "env": dict(self.spec.server.env),
-                               "host": "127.0.0.1", "port": port}, iteration=i)
-            ports[build.tag] = port
+            ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i, exclude=tuple(ports.values()))
         return ports
 
     def _judge(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> IterationOutcome:

@@ -142,7 +142,7 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     ws_dir = work_dir / "workspace"
     shutil.rmtree(ws_dir, ignore_errors=True)
     ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
-                          source=spec.target.source / spec.target.package if spec.target.source else None)
+                          source=spec.target_source())
     if not check("base tree matches", ws.tree_hash() == start["base_tree"],
                  f"base tree {ws.tree_hash()[:12]} vs recorded {str(start['base_tree'])[:12]}", Exit.PATCH_FAILED):
         return result

@@ -101,6 +101,10 @@ class CampaignSpec(BaseModel):
     final_comparison: bool = Field(default=True, description="measure best vs baseline once more at the end")
     profile_baseline: bool = Field(default=True, description="profile the baseline's largest cell for the proposer")
 
+    def target_source(self) -> Path | None:
+        """The package folder to copy into a workspace; None: the installed package."""
+        return self.target.source / self.target.package if self.target.source else None
+
     def workspace_dir(self, cwd: Path) -> Path:
         return (self.target.workspace or cwd / ".ratchet" / "workspaces" / self.name).resolve()
 

@@ -56,7 +56,7 @@ def ensure_workspace(spec: CampaignSpec, *, workspace: str | None = None) -> Wor
     if (root / ".git").exists():
         return Workspace.open(root, spec.target.package)
     err_console.print(f"creating workspace {root} (copies the {spec.target.package} package; ~20 s)")
-    source = spec.target.source / spec.target.package if spec.target.source else None
+    source = spec.target_source()
     return Workspace.create(root, serving=dict(spec.server.engine_args), package=spec.target.package, source=source)
 
 
