@@ -21,7 +21,7 @@ setup_venv() {
   "$venv/bin/pip" install -q --upgrade pip
   # torch first, pinned, so no dependency resolution can pull a multi-GB CUDA build.
   "$venv/bin/pip" install -q torch==2.13.0
-  "$venv/bin/pip" install -q -e '.[cpu,test]'
+  "$venv/bin/pip" install -q -e '.[cpu,test,ray]'
   # PyPI's torchvision/torchaudio/torchcodec do not match the +cpu torch and break transformers' import.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   "$venv/bin/python" -c "import vllm, transformers, torch; print('setup: vllm', vllm.__version__, 'torch', torch.__version__)" >&2

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from agent.base import Proposer
 from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
+from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
 from agent.journal import read_journal
 from agent.loop import Campaign, Event, gate_server
@@ -29,6 +28,7 @@ from harness.parity import load_reference, save_reference
 from harness.profiling import profile_cell, render_profiles
 from policies import load_policy
 from sandbox.base import Backend
+from sandbox.reap import reap_under
 from sandbox.workspace import Workspace
 
 __all__ = ["CampaignEnd", "start_campaign", "resume_campaign", "new_campaign_id"]
@@ -55,8 +55,10 @@ def new_campaign_id(name: str) -> str:
 
 def _limits(spec: CampaignSpec) -> dict[str, float]:
     b = spec.budget
-    return {"llm_tokens": b.llm_tokens, "llm_usd": b.llm_usd, "wall_seconds": b.wall_seconds,
-            "gpu_minutes": b.gpu_minutes}
+    limits = {"llm_tokens": b.llm_tokens, "llm_usd": float(b.llm_usd), "wall_seconds": b.wall_seconds}
+    if b.gpu_minutes > 0:   # 0: GPU time is recorded but not limited
+        limits["gpu_minutes"] = b.gpu_minutes
+    return limits
 
 
 def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
@@ -106,6 +108,7 @@ def _sha256(path: Path) -> str:
 
 def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, backend: Backend, log_root: Path,
                    workspace_root: Path, on_event: Event = lambda k, d: None) -> CampaignEnd:
+    preflight(spec.executor)
     campaign_id = new_campaign_id(spec.name)
     log_dir = (log_root / campaign_id).resolve()
     ws_dir = (workspace_root / campaign_id).resolve()
@@ -122,30 +125,26 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
             "environment": describe_environment(), "isolation": spec.sandbox.backend})
-        reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                    log_dir=log_dir, on_event=on_event)
-        profile = _profile(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend, log_dir=log_dir,
-                           on_event=on_event)
+        executor = _executor(spec, writer)   # before the baseline: a cluster that is not there fails fast
+        try:
+            reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                        log_dir=log_dir, on_event=on_event)
+            profile = _profile(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend, log_dir=log_dir,
+                               on_event=on_event)
+        except BaseException:
+            executor.close()
+            raise
         camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
-                        on_event=on_event)
+                        on_event=on_event, executor=executor)
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
 
 def reap_leftovers(log_dir: Path) -> list[int]:
     """Kill servers a crashed campaign left behind: they run with their working directory inside the
     campaign's runs/ folder (and in their own sessions, so the crash did not take them down)."""
-    runs = (log_dir / "runs").resolve()
-    killed = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if Path(proc.cwd()).resolve().is_relative_to(runs):
-                proc.kill()
-                killed.append(proc.pid)
-        except (psutil.Error, OSError):
-            continue
-    return killed
+    return reap_under(log_dir / "runs")
 
 
 def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
@@ -168,29 +167,52 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                                                                         journal.open_iteration or 0) + 1})
         backend = backend_for(spec)
         proposer = proposer_for(spec, journal.proposer)
-        if journal.baseline is None:
-            reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                        log_dir=log_dir, on_event=on_event)
-        else:
-            if _sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
-                raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
-            reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
-            rows = list(journal.baseline["cells"])
+        executor = _executor(spec, writer)
+        try:
+            if journal.baseline is None:
+                reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                            log_dir=log_dir, on_event=on_event)
+            else:
+                if _sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
+                    raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
+                reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
+                rows = list(journal.baseline["cells"])
+        except BaseException:
+            executor.close()
+            raise
         camp = Campaign(spec=spec, spec_path=journal.spec_path, campaign_id=journal.campaign, log_dir=log_dir,
                         writer=writer, gate=gate, workspace=ws, backend=backend, proposer=proposer,
                         reference=reference, baseline_rows=rows, incumbent_ref=journal.incumbent_ref,
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
                         profile=journal.profile,
-                        next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event)
-        if journal.open_iteration is not None:   # crashed mid-iteration: close it as a value, then go on
-            camp._finish(journal.open_iteration, "failed", "interrupted (crash or kill); resumed", proposal=None)
+                        next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event,
+                        executor=executor)
+        for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
+            camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)
+        if journal.open_iterations:
             writer.checkpoint()
         return _run_to_end(camp, base_commit=journal.base_commit, branch=journal.branch)
 
 
+def _executor(spec: CampaignSpec, writer: AuditWriter) -> Executor:
+    """The executor, with its cluster on record (a campaign's numbers depend on where they were measured)."""
+    executor = make_executor(spec.executor, gpus_per_eval=float(spec.sandbox.gpus))
+    info: dict[str, Any] = {"kind": executor.name, "slots": executor.slots}
+    if executor.name == "ray":
+        import ray
+
+        info["nodes"] = [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"], "alive": n["Alive"],
+                          "resources": n["Resources"]} for n in ray.nodes()]
+    writer.append("executor.start", payload=info)
+    return executor
+
+
 def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd:
     try:
-        stop = camp.run()
+        try:
+            stop = camp.run()
+        finally:
+            camp.executor.close()
     except BudgetExhausted as exc:
         stop = f"budget exhausted: {exc}"
     accepted = [h for h in camp.history if h.outcome == "accepted"]

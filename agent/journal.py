@@ -29,9 +29,13 @@ class Journal:
     history: list[HistoryEntry] = field(default_factory=list)
     spent: dict[str, float] = field(default_factory=dict)
     last_iteration: int = 0
-    open_iteration: int | None = None      # an iteration with a hypothesis but no result (crashed mid-way)
+    open_iterations: list[int] = field(default_factory=list)   # a hypothesis but no result (crashed mid-round)
     ended: bool = False
     profile: str | None = None
+
+    @property
+    def open_iteration(self) -> int | None:
+        return max(self.open_iterations) if self.open_iterations else None
 
 
 def read_journal(directory: Path) -> Journal:
@@ -59,7 +63,7 @@ def read_journal(directory: Path) -> Journal:
             journal.spent[action["resource"]] = journal.spent.get(action["resource"], 0.0) + float(action["amount"])
         elif kind == "iteration.hypothesis" and isinstance(it, int):
             hypotheses[it] = body
-            journal.open_iteration = it
+            journal.open_iterations.append(it)
         elif kind == "iteration.result" and isinstance(it, int):
             hyp = hypotheses.get(it, {})
             journal.history.append(HistoryEntry(
@@ -68,7 +72,7 @@ def read_journal(directory: Path) -> Journal:
                 predicted_speedup=hyp.get("predicted_speedup"), detail=str(body.get("reason", "")),
                 source=str(hyp.get("source", body.get("source", "")))))
             journal.last_iteration = max(journal.last_iteration, it)
-            journal.open_iteration = None
+            journal.open_iterations = [o for o in journal.open_iterations if o != it]
             if body.get("accepted"):
                 journal.incumbent_ref = str(body["commit"])
                 journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))

@@ -16,13 +16,14 @@ from typing import Any
 
 from agent.base import CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, Proposer
 from agent.errors import ActionDenied, BudgetExhausted
+from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
 from agent.gatekeeper import Gatekeeper
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.engine_args import engine_argv
 from harness.errors import HarnessError
-from harness.measure import ABResult, Build, ab_compare
+from harness.measure import ABResult, Build
 from harness.parity import Generation
 from harness.server import port_is_free
 from harness.stats import decide
@@ -62,6 +63,23 @@ class IterationOutcome:
     reason: str
     result: ABResult | None = None
     commit: str | None = None
+    placement: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    """One iteration of a round, between its proposal and its verdict."""
+
+    iteration: int
+    proposal: Proposal | None = None
+    job: EvalJob | None = None
+    early: tuple[Outcome, str] | None = None     # decided before evaluation: gave up, denied, bad patch, error
+
+    def pending_entry(self) -> HistoryEntry:
+        assert self.proposal is not None
+        return HistoryEntry(iteration=self.iteration, hypothesis=self.proposal.hypothesis, outcome="pending",
+                            predicted_speedup=self.proposal.predicted_speedup, source=self.proposal.source,
+                            detail="proposed in this round; being evaluated in parallel")
 
 
 @dataclass
@@ -84,26 +102,51 @@ class Campaign:
     next_iteration: int = 1
     started: float = field(default_factory=time.monotonic)
     on_event: Event = lambda kind, data: None
+    executor: Executor = field(default_factory=LocalExecutor)
+    _diffs: dict[int, str] = field(default_factory=dict)    # canonical diffs of the round's prepared candidates
+    _eval_minutes: float = 0.0                              # the longest evaluation so far, for the GPU budget
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> str:
-        """Iterate until a budget ends; return why the campaign stopped."""
+        """Run rounds until a budget ends; return why the campaign stopped. A round is `slots` iterations:
+        proposed one after another (each proposal sees the round's earlier ones as pending), evaluated
+        in parallel by the executor, then judged and recorded in iteration order."""
         budget = self.spec.budget
         last_duration = 0.0
         while True:
             if self.next_iteration > budget.max_iterations:
                 return f"iteration budget of {budget.max_iterations} reached"
             left = self.gate.left("wall_seconds")
-            if left < last_duration:   # never start an iteration that would overrun the wall budget
-                return f"wall-time budget: {left:.0f} s left, an iteration takes ~{last_duration:.0f} s"
+            if left < last_duration:   # never start a round that would overrun the wall budget
+                return f"wall-time budget: {left:.0f} s left, a round takes ~{last_duration:.0f} s"
+            slots = min(self.executor.slots, budget.max_iterations - self.next_iteration + 1, self._gpu_slots())
+            if slots < 1:
+                return f"GPU budget: {self.gate.left('gpu_minutes'):.1f} GPU-minutes left, less than one evaluation"
             t0 = time.monotonic()
-            outcome = self.iteration(self.next_iteration)
+            outcomes = self.round(self.next_iteration, slots)
             last_duration = time.monotonic() - t0
             self.writer.checkpoint()
-            self.next_iteration += 1
-            self.gate.spend("wall_seconds", last_duration, iteration=outcome.iteration)
-            if self._proposer_done(outcome):
-                return f"proposer {outcome.reason}"
+            self.next_iteration = outcomes[-1].iteration + 1
+            self.gate.spend("wall_seconds", last_duration, iteration=outcomes[-1].iteration)
+            self._spend_gpu(outcomes)
+            done = next((o for o in outcomes if self._proposer_done(o)), None)
+            if done is not None:
+                return f"proposer {done.reason}"
+
+    def _gpu_slots(self) -> int:
+        """How many evaluations the GPU-minute budget still covers (unmetered: no limit)."""
+        if self.executor.gpus_per_eval <= 0 or self._eval_minutes <= 0:
+            return self.executor.slots
+        left = self.gate.left("gpu_minutes")
+        return self.executor.slots if left == float("inf") else \
+            int(left // (self.executor.gpus_per_eval * self._eval_minutes))
+
+    def _spend_gpu(self, outcomes: list[IterationOutcome]) -> None:
+        for o in outcomes:
+            seconds = float(o.placement.get("seconds") or 0.0)
+            if seconds and self.executor.gpus_per_eval > 0:
+                self._eval_minutes = max(self._eval_minutes, seconds / 60)
+                self.gate.spend("gpu_minutes", self.executor.gpus_per_eval * seconds / 60, iteration=o.iteration)
 
     def _proposer_done(self, outcome: IterationOutcome) -> bool:
         """A proposer that says its space is exhausted, or gives up three times in a row, is done."""
@@ -113,43 +156,67 @@ class Campaign:
             and len(self.history) >= 3
 
     def iteration(self, i: int) -> IterationOutcome:
-        self.on_event("iteration", {"iteration": i})
-        self._current: Proposal | None = None
+        """One iteration on its own: a round of one."""
+        return self.round(i, 1)[0]
+
+    def round(self, first: int, slots: int) -> list[IterationOutcome]:
+        items: list[_Pending] = []
+        reserved: list[int] = []          # ports gated for this round's evaluations: never handed out twice
+        stop: BaseException | None = None
+        for i in range(first, first + slots):
+            self.on_event("iteration", {"iteration": i})
+            item = _Pending(i)
+            try:
+                proposal = self._propose(i, [p.pending_entry() for p in items if p.job])
+                items.append(item)
+                if isinstance(proposal, GiveUp):
+                    item.early = ("invalid", f"gave up: {proposal.reason}")
+                    break
+                item.proposal = proposal
+                item.job = self._prepare(i, proposal, reserved)
+                reserved += item.job.ports.values()
+            except BudgetExhausted as exc:   # evaluate what this round already prepared, then stop
+                stop = exc
+                break
+            except AuditError:
+                self._cleanup(items)
+                raise
+            except Exception as exc:
+                item.early = self._classify(i, exc)
+        if not items and stop is not None:
+            raise stop
+        evals: dict[int, EvalOutcome] = {}
+        jobs = [item.job for item in items if item.job]
         try:
-            proposal = self._propose(i)
-            if isinstance(proposal, GiveUp):
-                return self._finish(i, "invalid", f"gave up: {proposal.reason}", proposal=None)
-            return self._verify(i, proposal)
-        except (BudgetExhausted, AuditError):
-            raise    # a budget end or a log that cannot be written stops the campaign
-        except ActionDenied as exc:
-            return self._finish(i, "denied", str(exc), proposal=self._current)
-        except PatchRejected as exc:
-            return self._finish(i, "invalid", f"patch rejected: {exc}", proposal=self._current)
-        except (HarnessError, SandboxError) as exc:
-            return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal=self._current)
-        except Exception as exc:  # the loop boundary: record and move on, never crash the campaign
-            self.writer.append("error", payload={"type": type(exc).__name__, "message": str(exc)[:4000]},
-                               iteration=i)
-            return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal=self._current)
+            if jobs:
+                parallel = f" ({len(jobs)} candidates in parallel)" if len(jobs) > 1 else ""
+                self.on_event("phase", {"phase": f"verify: parity, then interleaved A/B{parallel}"})
+                for o in self.executor.run(jobs, on_retry=self._record_retry,
+                                           progress=lambda msg: self.on_event("progress", {"message": msg})):
+                    evals[o.iteration] = o
+        finally:
+            self._cleanup(items)
+        outcomes = self._settle(items, evals)
+        if stop is not None:
+            raise stop
+        return outcomes
 
     # -- steps ------------------------------------------------------------------------------------
-    def _state(self, i: int) -> CampaignState:
+    def _state(self, i: int, pending: list[HistoryEntry] | None = None) -> CampaignState:
         return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref,
                              serving_config=self.workspace.serving_config(),
                              incumbent_metrics=tuple(self.incumbent_rows), baseline_metrics=tuple(self.baseline_rows),
-                             history=tuple(self.history), profile=self.profile,
+                             history=tuple(self.history) + tuple(pending or ()), profile=self.profile,
                              baseline_serving_config=dict(self.spec.server.engine_args),
                              budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
                              allowed_paths=("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**",
                                             "vllm/v1/attention/**", "serving.yaml"))
 
-    def _propose(self, i: int) -> Proposal | GiveUp:
+    def _propose(self, i: int, pending: list[HistoryEntry]) -> Proposal | GiveUp:
         self.on_event("phase", {"phase": "propose"})
         tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i)
-        result = self.proposer.propose(self._state(i), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
+        result = self.proposer.propose(self._state(i, pending), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
         if isinstance(result, Proposal):
-            self._current = result
             self.writer.append("iteration.hypothesis", iteration=i, payload={
                 "hypothesis": result.hypothesis, "predicted_speedup": result.predicted_speedup,
                 "target_cells": list(result.target_cells), "source": result.source, "proposer": self.proposer.name,
@@ -157,7 +224,9 @@ class Campaign:
             self.on_event("hypothesis", {"text": result.hypothesis})
         return result
 
-    def _verify(self, i: int, proposal: Proposal) -> IterationOutcome:
+    def _prepare(self, i: int, proposal: Proposal, reserved: list[int]) -> EvalJob:
+        """Gate the patch, build both trees (incumbent, candidate) and gate both servers: everything an
+        evaluation needs, as data."""
         ws = self.workspace
         diff = to_unified_diff(ws.root, proposal.patch, proposal.patch_format)
         self.gate.require({"kind": "patch", "diff": diff}, iteration=i)      # the loop gates what it applies
@@ -170,40 +239,97 @@ class Campaign:
                                payload={"diff": canonical, "base": self.incumbent_ref})
             a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(), ref=self.incumbent_ref)
             b = Build(tag="B", tree=tree_b, engine_args=Workspace.open(tree_b).serving_config(), ref="candidate")
-            ports = self._gate_servers(i, (a, b))
-            self.on_event("phase", {"phase": "verify: parity, then interleaved A/B"})
-            result = ab_compare(self.backend, a, b, server=self.spec.server, bench=self.spec.benchmark,
-                                stats_cfg=self.spec.stats, parity=self.spec.parity, work_dir=work,
-                                cache_dir=self.log_dir / "cache", reference=self.reference,
-                                stop_on_parity_failure=True, ports=ports,
-                                progress=lambda msg: self.on_event("progress", {"message": msg}),
-                                on_run=lambda run: self.on_event("run", {"cell": run.job.cell.label}))
-        finally:
+            ports: dict[str, int] = {}
+            for build in (a, b):
+                ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,
+                                               exclude=(*reserved, *ports.values()))
+        except BaseException:
             for tree in (tree_a, tree_b):
                 ws.remove_copy(tree)
-        return self._judge(i, proposal, canonical, result)
+            raise
+        self._diffs[i] = canonical
+        return EvalJob(iteration=i, a=a, b=b, ports=ports, server=self.spec.server, bench=self.spec.benchmark,
+                       stats=self.spec.stats, parity=self.spec.parity, sandbox=self.spec.sandbox, work_dir=work,
+                       cache_dir=self.log_dir / "cache", reference=self.reference)
 
-    def _gate_servers(self, i: int, builds: tuple[Build, ...]) -> dict[str, int]:
-        ports: dict[str, int] = {}
-        for build in builds:
-            ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i, exclude=tuple(ports.values()))
-        return ports
+    def _cleanup(self, items: list[_Pending]) -> None:
+        for item in items:
+            if item.job is not None:
+                for tree in (item.job.a.tree, item.job.b.tree):
+                    self.workspace.remove_copy(tree)
 
-    def _judge(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> IterationOutcome:
-        assert result.parity is not None
+    def _record_retry(self, job: EvalJob, exc: BaseException) -> None:
+        self.writer.append("iteration.retry", iteration=job.iteration, payload={
+            "attempt": job.attempt, "error": type(exc).__name__, "message": str(exc)[:2000],
+            "next_attempt": job.attempt + 1})
+        self.on_event("progress", {"message": f"iteration {job.iteration}: worker lost ({type(exc).__name__}); "
+                                              f"retrying (attempt {job.attempt + 1})"})
+
+    def _classify(self, i: int, exc: BaseException) -> tuple[Outcome, str]:
+        """An error during an iteration becomes its outcome; only a budget end or an unwritable log stop
+        the campaign."""
+        if isinstance(exc, (BudgetExhausted, AuditError)):
+            raise exc
+        if isinstance(exc, ActionDenied):
+            return "denied", str(exc)
+        if isinstance(exc, PatchRejected):
+            return "invalid", f"patch rejected: {exc}"
+        if isinstance(exc, (HarnessError, SandboxError, WorkerLost)):
+            return "failed", f"{type(exc).__name__}: {exc}"
+        # the loop boundary: record and move on, never crash the campaign
+        self.writer.append("error", payload={"type": type(exc).__name__, "message": str(exc)[:4000]}, iteration=i)
+        return "failed", f"{type(exc).__name__}: {exc}"
+
+    def _settle(self, items: list[_Pending], evals: dict[int, EvalOutcome]) -> list[IterationOutcome]:
+        """Judge and record in iteration order. Every candidate of a round was measured against the same
+        incumbent, so at most one can be committed: the one with the highest lower bound."""
+        accepted: dict[int, float] = {}
+        for item in items:
+            o = evals.get(item.iteration)
+            if o and o.result and o.result.parity and o.result.parity.ok and o.result.overall:
+                verdict = decide(o.result.overall, o.result.headline(), self.spec.stats)
+                if verdict.accept and not verdict.quarantine:
+                    accepted[item.iteration] = o.result.overall.low
+        best = max(accepted, key=lambda it: accepted[it]) if accepted else None
+        outcomes = []
+        for item in items:
+            i, proposal = item.iteration, item.proposal
+            o = evals.get(i)
+            if item.early is not None or o is None:
+                outcome, reason = item.early or ("failed", "not evaluated")
+                outcomes.append(self._finish(i, outcome, reason, proposal=proposal))
+            elif o.error is not None or o.result is None:
+                outcome, reason = self._classify(i, o.error or RuntimeError("evaluation returned nothing"))
+                outcomes.append(self._finish(i, outcome, reason, proposal=proposal, placement=o.placement))
+            else:
+                assert proposal is not None
+                outcomes.append(self._judge(i, proposal, self._diffs.pop(i), o, best=best))
+        return outcomes
+
+    def _judge(self, i: int, proposal: Proposal, diff: str, evaluation: EvalOutcome, *, best: int | None
+               ) -> IterationOutcome:
+        result, placement = evaluation.result, evaluation.placement
+        assert result is not None and result.parity is not None
         self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
         if not result.parity.ok or result.overall is None:
-            return self._finish(i, "parity-broken", result.parity.summary(), proposal=proposal, result=result)
+            return self._finish(i, "parity-broken", result.parity.summary(), proposal=proposal, result=result,
+                                placement=placement)
         verdict = decide(result.overall, result.headline(), self.spec.stats)
         commit = None
+        reason = verdict.reason
         if verdict.quarantine:
             outcome: Outcome = "quarantined"
-        elif verdict.accept:
+        elif verdict.accept and i == best:
             outcome = "accepted"
             commit = self._commit(i, proposal, diff, result)
+        elif verdict.accept:
+            outcome = "rejected"
+            reason = (f"superseded: {verdict.reason}, but iteration {best} of the same round had the higher lower "
+                      f"bound and was committed; this patch was measured against the previous incumbent")
         else:
             outcome = "rejected"
-        return self._finish(i, outcome, verdict.reason, proposal=proposal, result=result, commit=commit)
+        return self._finish(i, outcome, reason, proposal=proposal, result=result, commit=commit,
+                            placement=placement)
 
     def _commit(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> str:
         assert result.overall is not None and result.parity is not None
@@ -220,10 +346,13 @@ class Campaign:
         return commit
 
     def _finish(self, i: int, outcome: Outcome, reason: str, *, proposal: Proposal | None,
-                result: ABResult | None = None, commit: str | None = None) -> IterationOutcome:
+                result: ABResult | None = None, commit: str | None = None,
+                placement: dict[str, Any] | None = None) -> IterationOutcome:
         payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted", "reason": reason[:4000],
                                    "parity_ok": bool(result and result.parity and result.parity.ok),
                                    "commit": commit, "source": proposal.source if proposal else ""}
+        if placement:
+            payload["placement"] = placement   # which node, host and GPU measured both sides of this A/B
         if commit:
             payload["tree"] = self.workspace.tree_hash(commit)   # replay checks it rebuilds this exact tree
         if proposal is None:
@@ -243,7 +372,8 @@ class Campaign:
                              detail=reason[:500], source=proposal.source if proposal else "")
         self.history.append(entry)
         self.on_event("result", {"entry": entry})
-        return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit)
+        return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,
+                                placement=dict(placement or {}))
 
 
 def _mean_total(runs: list[Any]) -> float | None:

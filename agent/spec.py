@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import policies
 from harness.config import BenchmarkConfig, ParityConfig, ServerConfig, StatsConfig
 
 __all__ = ["CampaignSpec", "TargetConfig", "SandboxConfig", "SearchConfig", "ProposerConfig", "BudgetConfig",
-           "LLMSettings", "SpecError", "load_spec"]
+           "LLMSettings", "SpecError", "load_spec", "ExecutorConfig", "RayConfig"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 DEFAULT_POLICY = Path(policies.__file__).resolve().parent / "default.yaml"
@@ -80,7 +80,35 @@ class BudgetConfig(BaseModel):
     wall_seconds: float = Field(default=3600.0, gt=0)
     llm_tokens: int = Field(default=200_000, ge=0)
     llm_usd: float = Field(default=5.0, ge=0)
-    gpu_minutes: float = Field(default=0.0, ge=0)
+    gpu_minutes: float = Field(default=0.0, ge=0, description="GPU-minutes of evaluations; 0: not metered")
+
+
+class RayConfig(BaseModel):
+    """Where and how each candidate evaluation runs as a Ray task."""
+
+    model_config = _STRICT
+    address: str | None = Field(
+        default=None, description="an existing cluster (e.g. auto, 10.0.0.1:6379); none: a local Ray for this run")
+    num_cpus: float = Field(default=1.0, ge=0, description="CPU cores one evaluation (two servers + client) asks for")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs one evaluation asks for (1 on a GPU cluster)")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom Ray resources per evaluation")
+    max_retries: int = Field(default=1, ge=0, description="resubmissions after a lost worker or node")
+
+
+class ExecutorConfig(BaseModel):
+    """Where candidate evaluations run. The coordinator (this process) keeps the only audit writer,
+    the only git branch and the budget; evaluations return results as data."""
+
+    model_config = _STRICT
+    kind: Literal["local", "ray"] = "local"
+    slots: int = Field(default=1, ge=1, le=64, description="evaluations in flight at once (ray only)")
+    ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _slots_need_ray(self) -> ExecutorConfig:
+        if self.kind == "local" and self.slots != 1:
+            raise ValueError("slots > 1 needs kind: ray (the local executor evaluates one candidate at a time)")
+        return self
 
 
 class CampaignSpec(BaseModel):
@@ -98,6 +126,7 @@ class CampaignSpec(BaseModel):
     policy: Path = Field(default=DEFAULT_POLICY, description="policy file; relative to the spec file")
     proposer: ProposerConfig = ProposerConfig()
     budget: BudgetConfig = BudgetConfig()
+    executor: ExecutorConfig = ExecutorConfig()
     final_comparison: bool = Field(default=True, description="measure best vs baseline once more at the end")
     profile_baseline: bool = Field(default=True, description="profile the baseline's largest cell for the proposer")
 

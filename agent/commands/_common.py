@@ -10,10 +10,12 @@ from typing import Any
 
 from rich.console import Console
 
+from agent.errors import CampaignError
 from agent.spec import CampaignSpec, SpecError, load_spec
 from harness.errors import HarnessError
 from sandbox.base import Backend
 from sandbox.errors import SandboxError
+from sandbox.factory import backend_from_config
 from sandbox.workspace import Workspace
 
 __all__ = ["console", "err_console", "cli_errors", "open_spec", "ensure_workspace", "make_backend",
@@ -33,7 +35,7 @@ def cli_errors(func: Callable[[Any], int]) -> Callable[[Any], int]:
     def wrapper(args: Any) -> int:
         try:
             return func(args)
-        except SpecError as exc:
+        except (SpecError, CampaignError) as exc:
             err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
             return EXIT_USAGE
         except (HarnessError, SandboxError) as exc:
@@ -61,13 +63,7 @@ def ensure_workspace(spec: CampaignSpec, *, workspace: str | None = None) -> Wor
 
 
 def make_backend(spec: CampaignSpec) -> Backend:
-    if spec.sandbox.backend == "local":
-        from sandbox.local import LocalBackend
-
-        return LocalBackend.from_spec(spec.sandbox)
-    from sandbox.docker_backend import DockerBackend
-
-    return DockerBackend.from_spec(spec.sandbox)
+    return backend_from_config(spec.sandbox)
 
 
 def python_for_server() -> str:

@@ -1,4 +1,4 @@
-"""`ratchet run SPEC [--proposer search|llm] [--max-iterations N] [--log-dir DIR]`: a campaign.
+"""`ratchet run SPEC [--proposer search|llm] [--max-iterations N] [--search-strategy random|grid]`: a campaign.
 
 Exit codes: 0 the campaign ran to a budget or the proposer's end (accepted or not); 2 bad input;
 3 the baseline could not be measured (server, benchmark, sandbox); 4 the audit log could not be written.
@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from agent.base import Proposer
 from agent.campaign import CampaignEnd, start_campaign
 from agent.commands._common import cli_errors, console, err_console, make_backend, open_spec
-from agent.spec import CampaignSpec
+from agent.spec import CampaignSpec, ExecutorConfig, SpecError
 from agent.view import CampaignView, final_table
 from audit import AuditError
 
@@ -24,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("spec")
     p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
     p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
+    p.add_argument("--search-strategy", choices=("random", "grid"), help="override proposer.search.strategy")
+    p.add_argument("--executor", choices=("local", "ray"), help="override executor.kind")
+    p.add_argument("--slots", type=int, help="override executor.slots (evaluations in flight; ray only)")
+    p.add_argument("--ray-address", help="override executor.ray.address (default: a local Ray for this run)")
     p.add_argument("--log-dir", default="audit_logs", help="campaign logs go to DIR/<campaign-id>/")
     p.add_argument("--workspaces", default=".ratchet/workspaces", help="where campaign workspaces are created")
     p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --proposer llm")
@@ -60,12 +66,30 @@ def print_end(end: CampaignEnd) -> None:
         console.print(f"report:   {end.report}")
 
 
+def _override_executor(spec: CampaignSpec, args: argparse.Namespace) -> CampaignSpec:
+    executor = spec.executor.model_dump()
+    if args.executor is not None:
+        executor["kind"] = args.executor
+    if args.slots is not None:
+        executor["slots"] = args.slots
+    if args.ray_address is not None:
+        executor["ray"]["address"] = args.ray_address
+    try:   # validated again: e.g. --slots 2 with a local executor is refused with the reason
+        return spec.model_copy(update={"executor": ExecutorConfig.model_validate(executor)})
+    except ValidationError as exc:
+        raise SpecError(f"executor overrides: {exc.errors()[0]['msg']}") from None
+
+
 @cli_errors
 def run(args: argparse.Namespace) -> int:
     spec = open_spec(args.spec)
     if args.max_iterations is not None:
         budget = spec.budget.model_copy(update={"max_iterations": args.max_iterations})
         spec = spec.model_copy(update={"budget": budget})
+    if args.search_strategy is not None:
+        search = spec.proposer.search.model_copy(update={"strategy": args.search_strategy})
+        spec = spec.model_copy(update={"proposer": spec.proposer.model_copy(update={"search": search})})
+    spec = _override_executor(spec, args)
     proposer = make_proposer(spec, args.proposer or spec.proposer.kind, base_url=args.llm_base_url,
                              model=args.llm_model)
     view = CampaignView(err_console, max_iterations=spec.budget.max_iterations, title=f"ratchet: {spec.name}")

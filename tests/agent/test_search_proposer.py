@@ -84,3 +84,17 @@ def test_the_baseline_point_is_never_proposed_again(tmp_path: Path) -> None:
                           baseline_metrics=(), baseline_serving_config={"max_num_seqs": 1})
     result = proposer.propose(state, FileTools(tmp_path), rng=random.Random(0))  # type: ignore[arg-type]
     assert isinstance(result, GiveUp) and "exhausted" in result.reason
+
+
+def test_a_round_of_parallel_slots_gets_distinct_points_from_the_pending_ones(tmp_path: Path) -> None:
+    """The loop asks once per slot, passing the round's earlier proposals as `pending` history."""
+    (tmp_path / "serving.yaml").write_text(yaml.safe_dump({"max_num_seqs": 8}))
+    proposer = SearchProposer(SearchConfig(strategy="grid", space={"max_num_seqs": [8, 16, 32, 64]}))
+    pending: tuple[HistoryEntry, ...] = ()
+    for i in (1, 2, 3):
+        result = proposer.propose(_state({"max_num_seqs": 8}, pending, i), FileTools(tmp_path),  # type: ignore[arg-type]
+                                  rng=random.Random(i))
+        assert isinstance(result, Proposal)
+        pending += (HistoryEntry(iteration=i, hypothesis=result.hypothesis, outcome="pending", source=result.source),)
+    assert [h.source for h in pending] == ['search:{"max_num_seqs": 16}', 'search:{"max_num_seqs": 32}',
+                                           'search:{"max_num_seqs": 64}']

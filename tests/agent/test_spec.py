@@ -64,3 +64,16 @@ def test_the_guard_may_not_exceed_the_threshold(tmp_path: Path) -> None:
                                      .replace("1.0, cell_guard: 1.0", "0.9, cell_guard: 0.95"))
     with pytest.raises(SpecError, match="cell_guard"):
         load_spec(tmp_path / "s.yaml")
+
+
+def test_the_executor_defaults_to_local_and_parallel_slots_need_ray(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL)
+    assert (load_spec(tmp_path / "s.yaml").executor.kind, load_spec(tmp_path / "s.yaml").executor.slots) == ("local", 1)
+    ray_spec = load_spec(ROOT / "experiments" / "gemma4-tiny-cpu-ray.yaml")
+    assert (ray_spec.executor.kind, ray_spec.executor.slots, ray_spec.executor.ray.max_retries) == ("ray", 2, 1)
+    (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {slots: 2}\n")
+    with pytest.raises(SpecError, match="slots > 1 needs kind: ray"):
+        load_spec(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {kind: ray, ray: {gpus: 1}}\n")
+    with pytest.raises(SpecError, match="executor.ray.gpus: unknown key"):
+        load_spec(tmp_path / "s.yaml")

@@ -1,0 +1,112 @@
+"""The loop's rounds without vLLM: a fake executor stands in for the evaluations, so what the loop does
+with parallel results (record in order, commit at most one, keep going after a lost worker) is checked
+exactly and in a second."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.campaign import _limits
+from agent.executor import EvalJob, EvalOutcome, WorkerLost
+from agent.gatekeeper import Gatekeeper
+from agent.loop import Campaign
+from agent.proposers.search import SearchProposer
+from agent.spec import load_spec
+from audit import AuditWriter, verify
+from audit.reader import payload_of, read_records
+from harness.measure import ABResult, GridResult
+from harness.parity import ParityReport
+from harness.stats import SpeedupCI
+from policies import load_policy
+from sandbox.workspace import Workspace
+
+SPEC = """
+schema_version: 1
+name: rounds
+server: {model: m, engine_args: {max_num_seqs: 1}}
+benchmark: {input_lens: [8], output_lens: [4], prefill: false}
+parity: {prompts: p.jsonl}
+proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8, 16, 32]}}}
+budget: {max_iterations: 4}
+"""
+
+
+class FakeExecutor:
+    """Two slots; the 'measured' speedup of a candidate is looked up by its max_num_seqs."""
+
+    name = "fake"
+    slots = 2
+    gpus_per_eval = 0.0
+
+    def __init__(self, speedups: dict[int, SpeedupCI | None]) -> None:
+        self.speedups = speedups
+        self.rounds: list[list[EvalJob]] = []
+
+    def run(self, jobs: list[EvalJob], *, on_retry: Callable[[EvalJob, BaseException], None],
+            progress: Callable[[str], None]) -> list[EvalOutcome]:
+        self.rounds.append(jobs)
+        outcomes = []
+        for job in reversed(jobs):          # finish out of order, as parallel evaluations do
+            ci = self.speedups[int(job.b.engine_args["max_num_seqs"])]  # type: ignore[call-overload]
+            if ci is None:
+                on_retry(job, RuntimeError("worker died"))
+                outcomes.append(EvalOutcome(job.iteration, error=WorkerLost("retries used up"), attempts=2))
+                continue
+            grid = GridResult(build=job.a, startup_s=1.0, evidence={})
+            result = ABResult(a=grid, b=GridResult(build=job.b, startup_s=1.0, evidence={}),
+                              parity=ParityReport((), "same", "same"), cells={"in8/out4": {"headline": ci}},
+                              overall=ci)
+            outcomes.append(EvalOutcome(job.iteration, result=result, placement={"node_id": f"n{job.iteration}"}))
+        return outcomes
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def campaign(tmp_path: Path) -> Iterator[Callable[[FakeExecutor], Campaign]]:
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    spec = load_spec(tmp_path / "spec.yaml")
+    src = tmp_path / "src" / "vllm"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("")
+    ws = Workspace.create(tmp_path / "ws", serving=dict(spec.server.engine_args), source=src)
+    with AuditWriter.open(tmp_path / "log", campaign="rounds", anchor_dir=tmp_path / "anchors") as writer:
+        gate = Gatekeeper(policy=load_policy(spec.policy), writer=writer, root=ws.root, limits=_limits(spec))
+
+        def make(executor: FakeExecutor) -> Campaign:
+            return Campaign(spec=spec, spec_path=tmp_path / "spec.yaml", campaign_id="rounds", log_dir=tmp_path / "log",
+                            writer=writer, gate=gate, workspace=ws, backend=None,  # type: ignore[arg-type]
+                            proposer=SearchProposer(spec.proposer.search), reference=[], baseline_rows=[],
+                            incumbent_ref=ws.head(), incumbent_rows=[], executor=executor)  # type: ignore[arg-type]
+        yield make
+
+
+def test_a_round_commits_only_its_best_candidate_and_records_in_order(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    executor = FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 3), 8: SpeedupCI(2.0, 1.8, 2.2, 3),
+                             16: SpeedupCI(1.01, 0.99, 1.03, 3), 32: None})
+    camp = campaign(executor)
+    stop = camp.run()
+    assert stop == "iteration budget of 4 reached"
+    # Round 1 proposed two distinct points against the same incumbent; round 2 two more from the winner.
+    assert [[j.b.engine_args["max_num_seqs"] for j in r] for r in executor.rounds] == [[4, 8], [16, 32]]
+    for jobs in executor.rounds:                                       # a round's servers never share a port
+        assert len({port for job in jobs for port in job.ports.values()}) == 2 * len(jobs)
+    records = read_records(tmp_path / "log")
+    results = [payload_of(tmp_path / "log", r) | {"it": r["iteration"]} for r in records
+               if r["kind"] == "iteration.result"]
+    assert [r["it"] for r in results] == [1, 2, 3, 4]                  # recorded in order, though finished reversed
+    assert [r["outcome"] for r in results] == ["rejected", "accepted", "rejected", "failed"]
+    assert str(results[0]["reason"]).startswith("superseded") and "iteration 2" in str(results[0]["reason"])
+    assert "WorkerLost" in str(results[3]["reason"])
+    assert [payload_of(tmp_path / "log", r)["attempt"] for r in records if r["kind"] == "iteration.retry"] == [1]
+    assert results[1]["placement"] == {"node_id": "n2"}
+    assert camp.workspace.serving_config()["max_num_seqs"] == 8       # only the best of round 1 was committed
+    assert len(list(camp.workspace.repo.iter_commits())) == 2
+    assert all(not j.b.tree.exists() for r in executor.rounds for j in r)   # trees cleaned up
+    camp.writer.checkpoint()
+    assert verify(tmp_path / "log").ok
