@@ -10,8 +10,8 @@ import sys
 __all__ = ["main"]
 
 # Order is the order shown in --help.
-_COMMAND_MODULES = ("run", "resume", "replay", "measure", "parity", "profile", "compare", "policy", "audit", "sandbox",
-                    "bundle")
+_COMMAND_MODULES = ("run", "kernel", "resume", "replay", "measure", "parity", "profile", "compare", "policy", "audit",
+                    "sandbox", "bundle")
 
 
 def build_parser() -> argparse.ArgumentParser:

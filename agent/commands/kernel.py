@@ -1,0 +1,78 @@
+"""`ratchet kernel SPEC [--max-iterations N] [--log-dir DIR] [--workspaces DIR] [--out FILE.json]`: a kernel
+campaign (`target.kind: kernel`, see experiments/README.md).
+
+Exit codes: 0 the campaign ran to a budget or the proposer's end (accepted or not) and its log verifies;
+2 bad input; 3 the baseline kernel or the runner failed; 4 the audit log could not be written or does not verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from agent.commands._common import EXIT_HARNESS, cli_errors, console, err_console
+from agent.errors import CampaignError
+from audit import AuditError, anchor_path, default_anchor_dir, default_key_path, verify
+from policies import load_policy, redecider
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("kernel", help="run a kernel campaign (target.kind: kernel): tunables search, checks, timing")
+    p.add_argument("spec")
+    p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
+    p.add_argument("--wall-seconds", type=float, help="override budget.wall_seconds")
+    p.add_argument("--log-dir", default="audit_logs", help="campaign logs go to DIR/<campaign-id>/")
+    p.add_argument("--workspaces", default=".ratchet/workspaces", help="where campaign workspaces are created")
+    p.add_argument("--out", help="write the summary JSON here (and the same name with .md)")
+    p.set_defaults(func=run)
+
+
+def _event(kind: str, data: dict[str, Any]) -> None:
+    if kind == "iteration":
+        err_console.print(f"[bold]iteration {data['iteration']}[/bold]")
+    elif kind == "phase":
+        err_console.print(f"  {data['phase']}")
+    elif kind == "hypothesis":
+        err_console.print(f"  hypothesis: {data['text'][:200]}")
+    elif kind == "result":
+        e = data["entry"]
+        err_console.print(f"  -> {e.outcome} {e.speedup or ''} {e.detail[:200]}", markup=False)
+
+
+@cli_errors
+def run(args: argparse.Namespace) -> int:
+    from agent.kernel_campaign import start_kernel_campaign
+    from agent.kernel_report import render_markdown, summarize
+    from agent.kernel_spec import load_kernel_spec
+
+    spec = load_kernel_spec(Path(args.spec))
+    budget = spec.budget.model_copy(update={k: v for k, v in (("max_iterations", args.max_iterations),
+                                                              ("wall_seconds", args.wall_seconds)) if v is not None})
+    spec = spec.model_copy(update={"budget": budget})
+    try:
+        end = start_kernel_campaign(spec, Path(args.spec), log_root=Path(args.log_dir),
+                                    workspace_root=Path(args.workspaces), on_event=_event)
+    except AuditError as exc:
+        err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
+        return 4
+    except CampaignError as exc:
+        err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
+        return EXIT_HARNESS
+    anchor = anchor_path(default_anchor_dir(default_key_path()), end.campaign_id)
+    checked = verify(end.log_dir, redecide=redecider([load_policy(spec.policy)]),
+                     anchor=anchor if anchor.exists() else None)
+    summary = summarize(end, checked)
+    text = render_markdown(summary)
+    console.print(text, markup=False, highlight=False)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=1) + "\n")
+        out.with_suffix(".md").write_text(text)
+        console.print(f"summary: {out} and {out.with_suffix('.md')}")
+    console.print(f"log: {end.log_dir}   (verify: ratchet audit verify {end.log_dir})")
+    return 0 if checked.ok else 4

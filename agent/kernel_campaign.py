@@ -1,0 +1,310 @@
+"""Kernel campaigns (`target.kind: kernel`): the ratchet of agent/loop.py around one kernel file.
+
+Same conventions: every action passes the gate and is logged before it runs; the workspace is a git repo of
+the target with a campaign branch; a candidate is a patch, checked out beside the incumbent; it is kept only
+if it passes every correctness check (before and after timing) and the bootstrap lower bound of its paired
+speedup clears the threshold with no shape regressing past the guard; over 10x is quarantined. What differs:
+the measurement is one runner process per evaluation (harness/kernel/runner.py) instead of servers and a
+benchmark client, and the baseline and final evaluations also measure the GPU's ceilings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.base import CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, Proposer
+from agent.environment import describe_environment
+from agent.errors import ActionDenied, BudgetExhausted, CampaignError
+from agent.gatekeeper import Gatekeeper
+from agent.kernel_spec import KernelSpec
+from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
+from agent.tools import GatedTools, to_unified_diff
+from audit import AuditError, AuditWriter
+from harness.errors import HarnessError
+from harness.kernel.compare import KernelAB, compare, failures_of
+from harness.kernel.evaluate import RESULT, run_evaluation, runner_argv, runner_env
+from harness.kernel.protocol import EvalRequest
+from policies import load_policy
+from sandbox.errors import PatchRejected, SandboxError
+from sandbox.workspace import Workspace
+
+__all__ = ["KernelCampaign", "KernelEnd", "start_kernel_campaign"]
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class KernelEnd:
+    campaign_id: str
+    log_dir: Path
+    workspace: Path
+    branch: str
+    stop_reason: str
+    baseline: dict[str, Any]            # the baseline.result payload
+    final: dict[str, Any] | None        # the final.result payload (baseline vs best), when one ran
+    history: list[HistoryEntry]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _checks(entry: dict[str, Any]) -> dict[str, Any]:
+    """The part of a build's shape entry worth a log line (the full result file is hashed into the log)."""
+    keep = ("ok", "median_us", "timed_calls", "attainment", "timing_error")
+    out = {k: entry[k] for k in keep if k in entry}
+    out["pre"] = entry["pre"]
+    if "post" in entry:
+        out["post"] = entry["post"]
+    return out
+
+
+@dataclass
+class KernelCampaign:
+    spec: KernelSpec
+    campaign_id: str
+    log_dir: Path
+    writer: AuditWriter
+    gate: Gatekeeper
+    workspace: Workspace
+    proposer: Proposer
+    baseline_tunables: dict[str, int]
+    incumbent_ref: str
+    baseline_rows: list[dict[str, Any]] = field(default_factory=list)
+    history: list[HistoryEntry] = field(default_factory=list)
+    next_iteration: int = 1
+    on_event: Event = lambda kind, data: None
+
+    @property
+    def kernel_file(self) -> str:
+        return self.spec.target.kernel_file
+
+    # -- measuring -------------------------------------------------------------------------------
+    def evaluate(self, builds: dict[str, Path], *, iteration: int, name: str, roofline: bool) -> dict[str, Any]:
+        """Gate and log the runner command, run it, log the result's digest and its per-build checks."""
+        work = self.log_dir / "runs" / name
+        self.gate.require({"kind": "run_command", "argv": runner_argv(work),
+                           "env": runner_env(interpret=self.spec.interpret)}, iteration=iteration)
+        s = self.spec
+        request = EvalRequest(builds=builds, module=self.kernel_file, entry=s.target.entry, shapes=s.shapes,
+                              correctness=s.correctness, timing=s.timing, roofline=s.roofline if roofline else None,
+                              device=s.device, dtype=s.dtype, seed=secrets.randbits(31))
+        self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
+        result = run_evaluation(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
+        self.writer.append("kernel.evaluation", iteration=iteration, payload={
+            "name": name, "seed": request.seed, "result_file": str((work / RESULT).relative_to(self.log_dir)),
+            "result_sha256": _sha256(work / RESULT), "device": result["device"], "roofline": result["roofline"],
+            "builds": result["builds"],
+            "shapes": {n: {tag: _checks(e) for tag, e in sh["builds"].items()} for n, sh in result["shapes"].items()}})
+        return result
+
+    def baseline(self) -> dict[str, Any]:
+        ws = self.workspace
+        result = self.evaluate({"baseline": ws.root}, iteration=0, name="baseline", roofline=True)
+        build = result["builds"]["baseline"]
+        bad = {n: sh["builds"]["baseline"] for n, sh in result["shapes"].items() if not sh["builds"]["baseline"]["ok"]}
+        if not build.get("loaded") or bad:
+            detail = build.get("error") or "; ".join(f"{n}: {'; '.join(failures_of(e))}" for n, e in bad.items())
+            self.writer.append("error", iteration=0, payload={"phase": "baseline", "message": str(detail)[:4000]})
+            raise CampaignError(f"the baseline kernel fails its own checks ({str(detail)[:600]}); fix the kernel or "
+                                f"the shapes before running a campaign (log: {self.log_dir})")
+        shapes = {n: {**_checks(sh["builds"]["baseline"]), "shape": sh["shape"]} for n, sh in result["shapes"].items()}
+        self.baseline_rows = [{"shape": n, "median_us": e["median_us"]} for n, e in shapes.items()]
+        payload = {"tunables": self.baseline_tunables, "ref": ws.head(), "device": result["device"],
+                   "roofline": result["roofline"], "shapes": shapes}
+        self.writer.append("baseline.result", iteration=0, payload=payload)
+        self.writer.checkpoint()
+        return payload
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> str:
+        budget, last = self.spec.budget, 0.0
+        reserve = 2 if self.spec.final_comparison else 1      # an iteration and the final comparison
+        while True:
+            if self.next_iteration > budget.max_iterations:
+                return f"iteration budget of {budget.max_iterations} reached"
+            left = self.gate.left("wall_seconds")
+            if left < reserve * last:
+                return f"wall-time budget: {left:.0f} s left, an iteration takes ~{last:.0f} s"
+            t0 = time.monotonic()
+            outcome, reason = self.iteration(self.next_iteration)
+            last = time.monotonic() - t0
+            self.writer.checkpoint()
+            self.next_iteration += 1
+            self.gate.spend("wall_seconds", last, iteration=self.next_iteration - 1)
+            if outcome == "invalid" and reason.startswith("gave up"):
+                return f"proposer {reason}"
+
+    def _state(self, i: int) -> CampaignState:
+        incumbent = read_tunables((self.workspace.root / self.kernel_file).read_text())
+        return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref, serving_config=dict(incumbent),
+                             incumbent_metrics=tuple(self.baseline_rows), baseline_metrics=tuple(self.baseline_rows),
+                             history=tuple(self.history), baseline_serving_config=dict(self.baseline_tunables),
+                             budget_left={"wall_seconds": self.gate.left("wall_seconds")},
+                             allowed_paths=(self.kernel_file,))
+
+    def iteration(self, i: int) -> tuple[Outcome, str]:
+        self.on_event("iteration", {"iteration": i})
+        proposal: Proposal | None = None
+        try:
+            tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i)
+            got = self.proposer.propose(self._state(i), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
+            if isinstance(got, GiveUp):
+                return self._finish(i, "invalid", f"gave up: {got.reason}", None)
+            proposal = got
+            self.writer.append("iteration.hypothesis", iteration=i, payload={
+                "hypothesis": got.hypothesis, "predicted_speedup": got.predicted_speedup, "source": got.source,
+                "proposer": self.proposer.name, "patch_format": got.patch_format})
+            self.on_event("hypothesis", {"text": got.hypothesis})
+            return self._verify(i, got)
+        except (BudgetExhausted, AuditError):
+            raise
+        except ActionDenied as exc:
+            return self._finish(i, "denied", str(exc), proposal)
+        except PatchRejected as exc:
+            return self._finish(i, "invalid", f"patch rejected: {exc}", proposal)
+        except (HarnessError, SandboxError) as exc:
+            return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal)
+        except Exception as exc:  # the loop boundary: record and move on
+            self.writer.append("error", iteration=i, payload={"type": type(exc).__name__, "message": str(exc)[:4000]})
+            return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal)
+
+    def _verify(self, i: int, proposal: Proposal) -> tuple[Outcome, str]:
+        ws = self.workspace
+        diff = to_unified_diff(ws.root, proposal.patch, proposal.patch_format)
+        self.gate.require({"kind": "patch", "diff": diff}, iteration=i)
+        work = self.log_dir / "runs" / f"it{i:03d}"
+        tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
+        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
+        try:
+            canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
+            self.writer.append("iteration.patch", iteration=i, payload={"diff": canonical, "base": self.incumbent_ref})
+            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=f"it{i:03d}", roofline=False)
+            ab = compare(result, a="A", b="B", stats=self.spec.stats,
+                         expected_sha256={"A": _sha256(tree_a / self.kernel_file),
+                                          "B": _sha256(tree_b / self.kernel_file)})
+        finally:
+            ws.remove_copy(tree_a)
+            ws.remove_copy(tree_b)
+        commit = None
+        if ab.outcome == "accepted":
+            ws.apply_patch(diff)
+            commit = self._commit(i, proposal, ab)
+            self.incumbent_ref = commit
+        return self._finish(i, ab.outcome, ab.reason, proposal, ab=ab, result=result, commit=commit)
+
+    def _commit(self, i: int, proposal: Proposal, ab: KernelAB) -> str:
+        trailers = [f"Ratchet-Campaign: {self.campaign_id}", f"Ratchet-Iteration: {i}",
+                    f"Ratchet-Speedup: {ab.overall}", f"Ratchet-Predicted: {proposal.predicted_speedup}",
+                    f"Ratchet-Audit-Seq: {self.writer.next_seq}"]
+        trailers += [f"Ratchet-Shape: {name} {ci}" for name, ci in ab.shapes.items()]
+        title = proposal.source.removeprefix("kernel-search:")[:120]
+        return self.workspace.commit(f"ratchet: {title}\n\n{proposal.hypothesis}\n\n" + "\n".join(trailers))
+
+    def _finish(self, i: int, outcome: Outcome, reason: str, proposal: Proposal | None, *, ab: KernelAB | None = None,
+                result: dict[str, Any] | None = None, commit: str | None = None) -> tuple[Outcome, str]:
+        payload: dict[str, Any] = {"accepted": outcome == "accepted", "parity_ok": ab.correct if ab else False,
+                                   "outcome": outcome, "reason": reason, "commit": commit,
+                                   "hypothesis": proposal.hypothesis if proposal else "",
+                                   "source": proposal.source if proposal else "",
+                                   "predicted_speedup": proposal.predicted_speedup if proposal else None}
+        if commit:
+            payload["tree"] = self.workspace.tree_hash(commit)
+        if ab is not None and ab.overall is not None and result is not None:
+            medians = {n: {tag: sh["builds"][tag]["median_us"] for tag in ("A", "B")}
+                       for n, sh in result["shapes"].items()}
+            payload.update(speedup=ab.overall.ratio, ci_low=ab.overall.low, ci_high=ab.overall.high,
+                           speedup_text=str(ab.overall),
+                           shapes={n: {"speedup": vars(ci), "median_us_A": medians[n]["A"],
+                                       "median_us_B": medians[n]["B"]} for n, ci in ab.shapes.items()})
+        self.writer.append("iteration.result", iteration=i, payload=payload)
+        entry = HistoryEntry(iteration=i, hypothesis=payload["hypothesis"], outcome=outcome,
+                             speedup=payload.get("speedup_text"), predicted_speedup=payload["predicted_speedup"],
+                             detail=reason[:500], source=payload["source"])
+        self.history.append(entry)
+        self.on_event("result", {"entry": entry})
+        return outcome, reason
+
+    def final(self, base_commit: str) -> dict[str, Any] | None:
+        """Baseline vs best, interleaved, with the ceilings measured again in the same run: the before/after."""
+        ws, work = self.workspace, self.log_dir / "runs" / "final"
+        tree_a = ws.checkout_copy(base_commit, work / "tree-baseline")
+        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-best")
+        try:
+            result = self.evaluate({"baseline": tree_a, "best": tree_b}, iteration=self.next_iteration,
+                                   name="final", roofline=True)
+            ab = compare(result, a="baseline", b="best", stats=self.spec.stats,
+                         expected_sha256={"baseline": _sha256(tree_a / self.kernel_file),
+                                          "best": _sha256(tree_b / self.kernel_file)})
+        except (HarnessError, SandboxError) as exc:   # recorded; accepted commits stand on their own A/Bs
+            self.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
+            return None
+        finally:
+            ws.remove_copy(tree_a)
+            ws.remove_copy(tree_b)
+        shapes = {}
+        for name, sh in result["shapes"].items():
+            got = {tag: _checks(e) for tag, e in sh["builds"].items()}   # a build that did not load has no entry
+            shapes[name] = {"shape": sh["shape"], "before": got.get("baseline"), "after": got.get("best"),
+                            "speedup": vars(ab.shapes[name]) if name in ab.shapes else None}
+        payload = {"outcome": ab.outcome, "reason": ab.reason, "overall": vars(ab.overall) if ab.overall else None,
+                   "baseline_ref": base_commit, "best_ref": self.incumbent_ref, "device": result["device"],
+                   "roofline": result["roofline"], "tunables_before": self.baseline_tunables,
+                   "tunables_after": read_tunables((ws.root / self.kernel_file).read_text()), "shapes": shapes}
+        self.writer.append("final.result", iteration=self.next_iteration, payload=payload)
+        return payload
+
+
+def new_campaign_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, workspace_root: Path,
+                          on_event: Event = lambda k, d: None) -> KernelEnd:
+    campaign_id = new_campaign_id(spec.name)
+    log_dir = (log_root / campaign_id).resolve()
+    policy = load_policy(spec.policy)
+    limits = {"wall_seconds": spec.budget.wall_seconds, "llm_tokens": spec.budget.llm_tokens,
+              "llm_usd": spec.budget.llm_usd}
+    with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
+        ws = Workspace.create(spec.workspace_dir(workspace_root, campaign_id), serving={},
+                              package=spec.target.package, source=spec.target.source)
+        branch = f"ratchet/{campaign_id}"
+        ws.repo.git.checkout("-q", "-b", branch)
+        gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=limits)
+        tunables = read_tunables((ws.root / spec.target.kernel_file).read_text())
+        writer.append("campaign.start", payload={
+            "kind": "kernel", "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
+            "workspace": str(ws.root), "branch": branch, "proposer": "kernel-search", "base_commit": ws.head(),
+            "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
+            "kernel_file": spec.target.kernel_file, "tunables": tunables, "environment": describe_environment()})
+        if spec.device == "cuda":
+            gate.require({"kind": "use_gpu", "devices": 1, "minutes": spec.budget.wall_seconds / 60}, iteration=0)
+        camp = KernelCampaign(spec=spec, campaign_id=campaign_id, log_dir=log_dir, writer=writer, gate=gate,
+                              workspace=ws, proposer=KernelSearchProposer(spec.proposer.search,
+                                                                          kernel_file=spec.target.kernel_file),
+                              baseline_tunables=tunables, incumbent_ref=ws.head(), on_event=on_event)
+        t0 = time.monotonic()
+        baseline = camp.baseline()
+        base_commit = camp.incumbent_ref
+        try:
+            camp.gate.spend("wall_seconds", time.monotonic() - t0, iteration=0)
+            stop = camp.run()
+        except BudgetExhausted as exc:
+            stop = f"budget exhausted: {exc}"
+        accepted = [h.iteration for h in camp.history if h.outcome == "accepted"]
+        final = camp.final(base_commit) if accepted and spec.final_comparison else None
+        writer.append("campaign.end", payload={"stop_reason": stop, "incumbent": camp.incumbent_ref,
+                                               "iterations": len(camp.history), "accepted": accepted,
+                                               "spent": dict(gate.spent), "final_outcome": final and final["outcome"]})
+        writer.checkpoint()
+    return KernelEnd(campaign_id=campaign_id, log_dir=log_dir, workspace=ws.root, branch=branch, stop_reason=stop,
+                     baseline=baseline, final=final, history=camp.history)

@@ -1,0 +1,139 @@
+"""The spec of a kernel campaign (`target.kind: kernel`): one kernel file, shapes, checks, timing, a search
+over the kernel's tunables. Strict like agent/spec.py: unknown keys and bad values are rejected with their
+field path; relative paths are relative to the spec file.
+
+    schema_version: 1
+    name: gemma4-e2b-attention
+    target: {kind: kernel, source: kernels/gemma4_attention, module: attention.py, entry: attention}
+    shapes: [{name: decode-sliding, batch: 64, q_len: 1, kv_len: 4096, head_dim: 256, sliding_window: 512}]
+    proposer: {kind: search, search: {strategy: random, space: {DECODE_D256_SPLITS: [1, 2, 4, 8]}}}
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+import policies
+from agent.spec import BudgetConfig, SearchConfig, SpecError
+from harness.config import StatsConfig
+from harness.kernel.config import CorrectnessConfig, RooflineConfig, ShapeConfig, TimingConfig
+
+__all__ = ["KernelTarget", "KernelProposerConfig", "KernelSpec", "is_kernel_spec", "load_kernel_spec",
+           "KERNEL_POLICY"]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+KERNEL_POLICY = Path(policies.__file__).resolve().parent / "kernel.yaml"
+
+
+class KernelTarget(BaseModel):
+    model_config = _STRICT
+    kind: Literal["kernel"]
+    source: Path = Field(description="the kernel folder; copied whole into the campaign's git workspace")
+    module: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.py$", description="the kernel file inside source")
+    entry: str = Field(default="attention", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    workspace: Path | None = Field(default=None, description="default: <workspaces>/<campaign-id>")
+
+    @property
+    def package(self) -> str:
+        return self.source.name
+
+    @property
+    def kernel_file(self) -> str:
+        """The kernel file relative to the workspace root (the path patches and the gate use)."""
+        return f"{self.package}/{self.module}"
+
+
+class KernelProposerConfig(BaseModel):
+    model_config = _STRICT
+    kind: Literal["search"] = "search"
+    search: SearchConfig = SearchConfig()
+
+    @model_validator(mode="after")
+    def _integer_tunables(self) -> KernelProposerConfig:
+        for name, values in self.search.space.items():
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
+                raise ValueError(f"tunable {name!r}: names are module constants in CAPITALS")
+            if not values or any(isinstance(v, bool) or not isinstance(v, int) for v in values):
+                raise ValueError(f"tunable {name}: give a non-empty list of integers")
+        return self
+
+
+class KernelSpec(BaseModel):
+    model_config = _STRICT
+    schema_version: Literal[1]
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    description: str = ""
+    hardware: Literal["cpu", "gpu"] = "gpu"
+    target: KernelTarget
+    device: Literal["cuda", "cpu"] = "cuda"
+    interpret: bool = Field(default=False, description="run Triton kernels in its interpreter (CPU only)")
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    shapes: list[ShapeConfig] = Field(min_length=1)
+    correctness: CorrectnessConfig = CorrectnessConfig()
+    timing: TimingConfig = TimingConfig()
+    roofline: RooflineConfig | None = RooflineConfig()
+    stats: StatsConfig = StatsConfig()
+    policy: Path = Field(default=KERNEL_POLICY, description="policy file; relative to the spec file")
+    proposer: KernelProposerConfig = KernelProposerConfig()
+    budget: BudgetConfig = BudgetConfig()
+    runner_timeout_s: float = Field(default=600.0, gt=0, description="one evaluation (runner process) at most")
+    final_comparison: bool = Field(default=True, description="baseline vs best once more at the end")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KernelSpec:
+        names = [s.name for s in self.shapes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"shape names must be unique, got {names}")
+        if self.interpret and self.device != "cpu":
+            raise ValueError("interpret: true runs Triton's interpreter on CPU tensors; set device: cpu")
+        return self
+
+    def workspace_dir(self, workspaces: Path, campaign_id: str) -> Path:
+        return (self.target.workspace or workspaces / campaign_id).resolve()
+
+
+def _read(path: Path) -> dict[str, object]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as exc:
+        raise SpecError(f"spec {path} not found; kernel specs live in experiments/*.yaml") from exc
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise SpecError(f"{path} is not valid YAML: {detail}") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a spec is a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def is_kernel_spec(path: Path) -> bool:
+    """Whether the file asks for a kernel campaign (`target.kind: kernel`); dispatchers use this."""
+    target = _read(Path(path)).get("target")
+    return isinstance(target, dict) and target.get("kind") == "kernel"
+
+
+def load_kernel_spec(path: Path) -> KernelSpec:
+    path = Path(path)
+    data = _read(path)
+    target = data.get("target")
+    if not (isinstance(target, dict) and target.get("kind") == "kernel"):
+        raise SpecError(f"{path}: not a kernel spec (target.kind is not 'kernel'); run it with `ratchet run`")
+    base = path.resolve().parent
+    for block, key in ((data, "policy"), (target, "source"), (target, "workspace")):
+        if isinstance(block.get(key), str):
+            p = Path(str(block[key])).expanduser()
+            block[key] = str(p if p.is_absolute() else (base / p).resolve())
+    try:
+        return KernelSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{path}: {exc.error_count()} problem(s):"]
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            what = "unknown key (check spelling; see experiments/README.md, kernel campaigns)" \
+                if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"  {where}: {what}")
+        raise SpecError("\n".join(lines)) from None

@@ -1,0 +1,1 @@
+"""The kernel harness: correctness checks, timing and roofline for one kernel file (see README.md)."""

@@ -1,0 +1,79 @@
+"""The kernel harness's configuration models (the YAML/JSON boundary): shapes, checks, timing, roofline.
+
+A kernel spec composes them (agent/kernel_spec.py); the runner receives them in its request file.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["ShapeConfig", "CorrectnessConfig", "TimingConfig", "RooflineConfig"]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+PositiveInt = Annotated[int, Field(gt=0)]
+
+
+class ShapeConfig(BaseModel):
+    """One attention call: [batch, q_len, q heads, head_dim] queries over [batch, kv_len, kv heads, head_dim]
+    keys and values. q_len 1 is decode; q_len == kv_len is prefill (query i at position kv_len - q_len + i)."""
+
+    model_config = _STRICT
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    batch: PositiveInt
+    q_len: PositiveInt
+    kv_len: PositiveInt
+    num_q_heads: PositiveInt = 8
+    num_kv_heads: PositiveInt = 1
+    head_dim: PositiveInt = 256
+    sliding_window: PositiveInt | None = None
+    softcap: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ShapeConfig:
+        if self.q_len > self.kv_len:
+            raise ValueError(f"q_len {self.q_len} exceeds kv_len {self.kv_len}")
+        if self.num_q_heads % self.num_kv_heads:
+            raise ValueError("num_q_heads must be a multiple of num_kv_heads (GQA)")
+        return self
+
+    @property
+    def mode(self) -> Literal["decode", "prefill"]:
+        return "decode" if self.q_len == 1 else "prefill"
+
+    @property
+    def scale(self) -> float:
+        # 1/sqrt(d) keeps random-input softmaxes spread over many keys, so a wrong key range shows in the error
+        return 1.0 / math.sqrt(self.head_dim)
+
+
+class CorrectnessConfig(BaseModel):
+    """Tolerances of the output against a float64 (or float32) reference computed from the same inputs."""
+
+    model_config = _STRICT
+    rel_l2: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=1e-2, description="max ||out - ref|| / ||ref|| (bf16 operands land between 1e-3 and 1e-2)")
+    max_rel: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=5e-2, description="max |out - ref| / max |ref|, element-wise")
+    reference_dtype: Literal["float64", "float32"] = "float64"
+
+
+class TimingConfig(BaseModel):
+    """Each build is timed in rounds; rounds alternate the order of the builds, so drift hits both sides."""
+
+    model_config = _STRICT
+    rounds: Annotated[int, Field(ge=2)] = 20
+    calls_per_round: PositiveInt = 10
+    warmup_calls: Annotated[int, Field(ge=1)] = 5
+    flush_l2: bool = Field(default=True, description="overwrite a buffer of twice the L2 before every timed call")
+
+
+class RooflineConfig(BaseModel):
+    """The ceilings each figure is compared against, measured on the same GPU in the same run."""
+
+    model_config = _STRICT
+    copy_bytes: PositiveInt = Field(default=2 << 30, description="bytes of the device-to-device copy (read once)")
+    matmul_n: PositiveInt = Field(default=8192, description="n of the n x n x n bf16 matrix product")
+    repeats: Annotated[int, Field(ge=3)] = 20

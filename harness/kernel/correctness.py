@@ -1,0 +1,103 @@
+"""One correctness check of a kernel on one shape: KernelBench's checks, and the holes they left closed.
+
+Each check draws fresh random inputs from its own seed (a kernel cannot memorise an answer), pre-fills the
+output with NaN (an element the kernel never writes stays NaN and fails), compares the inputs after the call
+with copies taken before (a kernel must not write its inputs: a later call would see other data), refuses a
+constant output (the all-zeros pass), and compares with a float64 reference by relative L2 error and largest
+element error. The campaign runs it before and again after timing (a kernel that goes wrong once warmed up,
+or after N calls, fails the second one). Every failure is a value with a reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from harness.kernel.config import CorrectnessConfig, ShapeConfig
+from harness.kernel.reference import reference_attention
+
+__all__ = ["CheckResult", "KernelFn", "make_inputs", "check_kernel"]
+
+KernelFn = Callable[..., Any]   # attention(q, k, v, out, *, scale, sliding_window, softcap) -> None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    seed: int
+    failures: tuple[str, ...]
+    rel_l2: float | None = None          # ||out - ref|| / ||ref||
+    max_rel: float | None = None         # max |out - ref| / max |ref|
+    unwritten: int | None = None         # output elements still NaN (or otherwise non-finite) after the call
+
+    def as_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["failures"] = list(self.failures)
+        for key in ("rel_l2", "max_rel"):   # canonical JSON has no NaN/inf: a broken number is a string
+            if data[key] is not None and not math.isfinite(data[key]):
+                data[key] = str(data[key])
+        return data
+
+
+def make_inputs(shape: ShapeConfig, *, dtype: torch.dtype, device: torch.device,
+                seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v ~ N(0, 1) from their own generator on the device (fast at GB sizes, no shared global state)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(size, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    q = randn(shape.batch, shape.q_len, shape.num_q_heads, shape.head_dim)
+    k = randn(shape.batch, shape.kv_len, shape.num_kv_heads, shape.head_dim)
+    v = randn(shape.batch, shape.kv_len, shape.num_kv_heads, shape.head_dim)
+    return q, k, v
+
+
+def call_kernel(fn: KernelFn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                shape: ShapeConfig) -> None:
+    fn(q, k, v, out, scale=shape.scale, sliding_window=shape.sliding_window, softcap=shape.softcap)
+
+
+def _compare(out: torch.Tensor, ref: torch.Tensor, cfg: CorrectnessConfig) -> tuple[list[str], float, float]:
+    failures = []
+    diff = out.to(ref.dtype) - ref
+    rel_l2 = float(diff.norm() / ref.norm())
+    max_rel = float(diff.abs().max() / ref.abs().max())
+    if float(ref.std()) == 0.0:
+        failures.append("reference output is constant: these inputs cannot tell a right kernel from a wrong one")
+    if float(out.float().std()) == 0.0:
+        failures.append(f"constant output (every element {float(out.flatten()[0]):.4g})")
+    if not rel_l2 <= cfg.rel_l2:         # written so that NaN fails too
+        failures.append(f"relative L2 error {rel_l2:.3e} above {cfg.rel_l2:.1e}")
+    if not max_rel <= cfg.max_rel:
+        failures.append(f"largest element error {max_rel:.3e} of max |ref| above {cfg.max_rel:.1e}")
+    return failures, rel_l2, max_rel
+
+
+def check_kernel(fn: KernelFn, shape: ShapeConfig, cfg: CorrectnessConfig, *, dtype: torch.dtype,
+                 device: torch.device, seed: int) -> CheckResult:
+    q, k, v = make_inputs(shape, dtype=dtype, device=device, seed=seed)
+    before = (q.clone(), k.clone(), v.clone())
+    out = torch.full_like(q, float("nan"))
+    try:
+        call_kernel(fn, q, k, v, out, shape)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)    # a launch error surfaces here, inside the try
+    except Exception as exc:  # a kernel that does not compile or raises is a failed check, not a crash
+        return CheckResult(ok=False, seed=seed, failures=(f"raised {type(exc).__name__}: {str(exc)[:600]}",))
+    failures = [f"input {name} was modified by the call" for name, now, was in zip("qkv", (q, k, v), before,
+                                                                                 strict=True)
+                if not torch.equal(now, was)]
+    unwritten = int((~torch.isfinite(out)).sum())
+    if unwritten:
+        failures.append(f"{unwritten} of {out.numel()} output elements unwritten or non-finite (output pre-filled "
+                        f"with NaN)")
+    ref = reference_attention(*before, shape, dtype=getattr(torch, cfg.reference_dtype))
+    more, rel_l2, max_rel = _compare(out, ref, cfg)
+    failures += more
+    return CheckResult(ok=not failures, seed=seed, failures=tuple(failures), rel_l2=rel_l2, max_rel=max_rel,
+                       unwritten=unwritten)

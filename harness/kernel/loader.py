@@ -1,0 +1,61 @@
+"""Loading a kernel module from a tree (a workspace checkout) under a name of its own, with evidence.
+
+Evidence that the candidate ran: the sha256 of the file as it was imported. The campaign compares it with the
+file it checked out, so a runner that silently loaded another kernel (OpenEvolve's benchmark that never
+loaded the evolved one) fails the iteration instead of measuring the wrong code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from harness.kernel.correctness import KernelFn
+
+__all__ = ["LoadedKernel", "KernelLoadError", "load_kernel", "file_sha256"]
+
+
+class KernelLoadError(Exception):
+    """The module is missing, outside its tree, fails to import, or has no callable entry."""
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    fn: KernelFn
+    module: ModuleType
+    file: Path
+    sha256: str
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_kernel(tree: Path, module: str, entry: str, *, tag: str) -> LoadedKernel:
+    tree = tree.resolve()
+    path = (tree / module).resolve()
+    if not path.is_relative_to(tree) or path.suffix != ".py":
+        raise KernelLoadError(f"{module} is not a .py file inside {tree}")
+    if not path.is_file():
+        raise KernelLoadError(f"{path} not found; target.module names the kernel file inside target.source")
+    digest = file_sha256(path)
+    name = f"ratchet_kernel_{tag}_{digest[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise KernelLoadError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod        # Triton's JIT looks functions' modules up by name
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:
+        raise KernelLoadError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
+    fn = getattr(mod, entry, None)
+    if not callable(fn):
+        raise KernelLoadError(f"{path} has no callable {entry!r}; target.entry names the entry function")
+    if file_sha256(path) != digest:
+        raise KernelLoadError(f"{path} changed while it was imported")
+    return LoadedKernel(fn=fn, module=mod, file=path, sha256=digest)

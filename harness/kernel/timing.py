@@ -1,0 +1,95 @@
+"""Timing kernels: device events around each call, warm-up first, the L2 flushed before every call, many
+calls, medians; several builds interleaved round by round with alternating order.
+
+The event class is bound when this module is imported, before any kernel module is loaded, so a kernel that
+rebinds `torch.cuda.Event` at import cannot change how it is timed (its patches are also refused by the
+policy's content rules). On the CPU (tests, the Triton interpreter) the process's CPU time stands in: CPU ops
+are synchronous, and time the scheduler gives other processes (a loaded CI machine) is not counted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Timer", "CudaTimer", "HostTimer", "Timings", "make_timer", "interleave"]
+
+_EVENT = torch.cuda.Event
+_SYNC = torch.cuda.synchronize
+
+Call = Callable[[], object]
+
+
+class Timer:
+    """Times `calls` calls of `fn`; returns microseconds per call."""
+
+    def time_calls(self, fn: Call, calls: int) -> list[float]:
+        raise NotImplementedError
+
+
+@dataclass
+class CudaTimer(Timer):
+    device: torch.device
+    flush: torch.Tensor | None      # a buffer larger than the L2: overwriting it evicts the kernel's data
+
+    def time_calls(self, fn: Call, calls: int) -> list[float]:
+        starts = [_EVENT(enable_timing=True) for _ in range(calls)]   # type: ignore[no-untyped-call]
+        ends = [_EVENT(enable_timing=True) for _ in range(calls)]     # type: ignore[no-untyped-call]
+        for start, end in zip(starts, ends, strict=True):
+            if self.flush is not None:
+                self.flush.zero_()      # in the stream before the start event: outside the timed region
+            start.record()
+            fn()
+            end.record()
+        _SYNC(self.device)
+        return [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends, strict=True)]
+
+
+class HostTimer(Timer):
+    def time_calls(self, fn: Call, calls: int) -> list[float]:
+        out = []
+        for _ in range(calls):
+            t0 = time.process_time()
+            fn()
+            out.append((time.process_time() - t0) * 1e6)
+        return out
+
+
+def make_timer(device: torch.device, *, flush_l2: bool) -> Timer:
+    if device.type != "cuda":
+        return HostTimer()
+    flush = None
+    if flush_l2:
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20)
+        flush = torch.empty(2 * l2, dtype=torch.uint8, device=device)
+    return CudaTimer(device=device, flush=flush)
+
+
+@dataclass(frozen=True)
+class Timings:
+    round_medians: dict[str, list[float]]   # tag -> one median per round (the paired samples of the A/B)
+    calls: dict[str, list[float]]           # tag -> every timed call (the reported median is over these)
+
+    def median(self, tag: str) -> float:
+        return statistics.median(self.calls[tag])
+
+
+def interleave(fns: Mapping[str, Call], timer: Timer, *, rounds: int, calls_per_round: int,
+               warmup_calls: int) -> Timings:
+    """Warm each build up, then `rounds` rounds of `calls_per_round` calls per build; the order of the builds
+    reverses every round (A B, B A, ...) so that neither always runs right after the other."""
+    tags = list(fns)
+    for tag in tags:
+        timer.time_calls(fns[tag], warmup_calls)
+    medians: dict[str, list[float]] = {tag: [] for tag in tags}
+    calls: dict[str, list[float]] = {tag: [] for tag in tags}
+    for r in range(rounds):
+        for tag in tags if r % 2 == 0 else reversed(tags):
+            times = timer.time_calls(fns[tag], calls_per_round)
+            medians[tag].append(statistics.median(times))
+            calls[tag].extend(times)
+    return Timings(round_medians=medians, calls=calls)

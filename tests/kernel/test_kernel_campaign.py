@@ -1,0 +1,74 @@
+"""A whole kernel campaign on the CPU, with a plain-torch kernel whose tunable REPEATS makes it slower: the search
+finds REPEATS 1, it passes the checks, is accepted and committed, the final comparison shows it, and the audit
+log verifies (re-deciding every gate decision under the kernel policy); `ratchet kernel` writes the summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.kernel_spec import load_kernel_spec
+from audit import verify
+from policies import load_policy, redecider
+from sandbox.workspace import Workspace
+from tests.kernel.kernel_fakes import write_tree
+
+SPEC = """
+schema_version: 1
+name: torch-kernel-test
+hardware: cpu
+target: {kind: kernel, source: src/torchattn, module: attention.py}
+device: cpu
+dtype: float32
+shapes:
+  - {name: decode, batch: 2, q_len: 1, kv_len: 64, head_dim: 16, sliding_window: 24}
+  - {name: prefill, batch: 1, q_len: 96, kv_len: 96, head_dim: 32}
+timing: {rounds: 8, calls_per_round: 5, warmup_calls: 1, flush_l2: false}
+roofline: null
+proposer: {kind: search, search: {strategy: grid, space: {REPEATS: %s}}}
+budget: {max_iterations: 3, wall_seconds: 600}
+runner_timeout_s: 120
+"""
+
+
+@pytest.fixture
+def audit_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    key = tmp_path / "keys" / "audit-key.ed25519"
+    monkeypatch.setenv("RATCHET_AUDIT_KEY", str(key))
+    return key
+
+
+def _spec(tmp_path: Path, space: str) -> Path:
+    write_tree(tmp_path / "src", repeats=4)
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC % space)
+    return path
+
+
+def test_a_faster_tunable_is_found_checked_committed_logged_and_summarised(tmp_path: Path, audit_key: Path) -> None:
+    spec_path = _spec(tmp_path, "[4, 1]")
+    out = tmp_path / "summary.json"
+    rc = main(["kernel", str(spec_path), "--log-dir", str(tmp_path / "logs"), "--workspaces", str(tmp_path / "ws"),
+               "--out", str(out)])
+    summary = json.loads(out.read_text())
+    assert rc == 0 and summary["audit_verify"]["ok"]
+    assert [i["outcome"] for i in summary["iterations"]] == ["accepted", "invalid"], summary["iterations"]
+    assert summary["stop_reason"].startswith("proposer gave up: search space exhausted")
+    assert summary["tunables_before"]["REPEATS"] == 4 and summary["tunables_after"]["REPEATS"] == 1
+    for row in summary["shapes"]:
+        assert row["before_median_us"] > row["after_median_us"] and row["speedup"] > 1
+        assert row["after_checks"]["pre"]["ok"] and row["after_checks"]["post"]["ok"]
+    assert out.with_suffix(".md").read_text().startswith("# Kernel campaign")
+    ws = Workspace.open(Path(summary["workspace"]), "torchattn")
+    assert "REPEATS = 1" in (ws.root / "torchattn" / "attention.py").read_text()
+    assert "Ratchet-Speedup:" in ws.repo.head.commit.message and ws.is_clean()
+    log_dir = Path(summary["log_dir"])
+    checked = verify(log_dir, redecide=redecider([load_policy(load_kernel_spec(spec_path).policy)]))
+    assert checked.ok, checked.reason
+    kinds = [json.loads(line)["kind"] for line in (log_dir / "log.jsonl").read_text().splitlines()]
+    for kind in ("campaign.start", "baseline.result", "iteration.patch", "kernel.evaluation", "final.result",
+                 "campaign.end"):
+        assert kind in kinds

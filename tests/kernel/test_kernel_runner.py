@@ -1,0 +1,73 @@
+"""The runner (in-process here): checks before and after timing, evidence of what it loaded, and the A/B verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.config import StatsConfig
+from harness.kernel.compare import compare
+from harness.kernel.loader import file_sha256
+from harness.kernel.protocol import EvalRequest
+from harness.kernel.runner import evaluate
+from tests.kernel.kernel_fakes import write_tree
+
+SHAPES = [{"name": "decode", "batch": 2, "q_len": 1, "kv_len": 48, "head_dim": 16, "sliding_window": 20},
+          {"name": "prefill", "batch": 1, "q_len": 24, "kv_len": 24, "head_dim": 16}]
+MODULE = "torchattn/attention.py"
+
+
+def _run(trees: dict[str, Path]) -> dict[str, Any]:
+    req = EvalRequest(builds=trees, module=MODULE, entry="attention", shapes=SHAPES, device="cpu", dtype="float32",
+                      seed=7, timing={"rounds": 4, "calls_per_round": 2, "warmup_calls": 1, "flush_l2": False})
+    return evaluate(req)
+
+
+def _sha(trees: dict[str, Path]) -> dict[str, str]:
+    return {tag: file_sha256(tree / MODULE) for tag, tree in trees.items()}
+
+
+def test_a_kernel_that_goes_wrong_after_timing_fails_the_second_check(tmp_path: Path) -> None:
+    write_tree(tmp_path / "a")
+    write_tree(tmp_path / "b", after=3)          # one warm-up + one check call pass; the timed calls push it over
+    trees = {"A": tmp_path / "a", "B": tmp_path / "b"}
+    result = _run(trees)
+    entry = result["shapes"]["decode"]["builds"]["B"]
+    assert entry["pre"]["ok"] and not entry["post"]["ok"] and not entry["ok"]
+    ab = compare(result, a="A", b="B", stats=StatsConfig(), expected_sha256=_sha(trees))
+    assert ab.outcome == "parity-broken" and "after timing" in ab.reason
+
+
+def test_a_faster_right_kernel_is_accepted_and_a_wrong_one_is_not(tmp_path: Path) -> None:
+    write_tree(tmp_path / "a", repeats=4)
+    write_tree(tmp_path / "b", repeats=1)
+    write_tree(tmp_path / "c", repeats=1, wrong=1)
+    trees = {"A": tmp_path / "a", "B": tmp_path / "b", "C": tmp_path / "c"}
+    result = _run(trees)
+    shas = _sha(trees)
+    fast = compare(result, a="A", b="B", stats=StatsConfig(), expected_sha256=shas)
+    assert fast.outcome == "accepted", fast.reason
+    assert all(ci.ratio > 1.5 for ci in fast.shapes.values())
+    assert result["shapes"]["prefill"]["builds"]["B"]["attainment"]["flops"] > 0
+    wrong = compare(result, a="A", b="C", stats=StatsConfig(), expected_sha256=shas)
+    assert wrong.outcome == "parity-broken" and "relative L2 error" in wrong.reason
+    slower = compare(result, a="B", b="A", stats=StatsConfig(), expected_sha256=shas)
+    assert slower.outcome == "rejected"
+
+
+def test_a_runner_that_loaded_another_file_fails_the_iteration(tmp_path: Path) -> None:
+    write_tree(tmp_path / "a")
+    write_tree(tmp_path / "b", repeats=1)
+    trees = {"A": tmp_path / "a", "B": tmp_path / "b"}
+    result = _run(trees)
+    ab = compare(result, a="A", b="B", stats=StatsConfig(), expected_sha256={"A": _sha(trees)["A"], "B": "0" * 64})
+    assert ab.outcome == "failed" and "not the checked-out" in ab.reason
+
+
+def test_a_kernel_file_that_does_not_import_is_recorded_not_raised(tmp_path: Path) -> None:
+    write_tree(tmp_path / "a")
+    broken = write_tree(tmp_path / "b")
+    (broken / "attention.py").write_text("def attention(:\n")
+    result = _run({"A": tmp_path / "a", "B": tmp_path / "b"})
+    assert result["builds"]["B"]["loaded"] is False and "SyntaxError" in result["builds"]["B"]["error"]
+    assert result["shapes"]["decode"]["builds"]["A"]["ok"]
