@@ -1,0 +1,98 @@
+"""Where a campaign's wall time went, from its audit log and run folder: candidates per hour, the share
+of wall time with no vLLM server alive (ratchet's own overhead: proposing, gating, logging, copying
+trees, statistics) and the share spent in vLLM start-up.
+
+    python experiments/campaign_time.py audit_logs/<campaign-id> [--out FILE.json]
+
+A server's window runs from the creation of its log file (the harness creates it at launch) to the
+file's last write (the server's shutdown messages); windows of A/B servers overlap and are merged.
+Start-up ends at vLLM's "Starting vLLM server on" line (one-second resolution).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from audit.reader import payload_of, read_records
+
+_READY = re.compile(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*Starting vLLM server on")
+
+
+def _birth_and_mtime(path: Path) -> tuple[float, float]:
+    # Python 3.11's os.stat has no birth time on Linux; coreutils' stat reads it with statx.
+    out = subprocess.run(["stat", "-c", "%W", str(path)], capture_output=True, text=True, check=True).stdout
+    birth = float(out.split()[0])
+    if birth <= 0:
+        raise SystemExit(f"{path}: this filesystem does not record file birth times")
+    return birth, path.stat().st_mtime
+
+
+def _ready_at(path: Path, year: int) -> float | None:
+    for line in path.read_text(errors="replace").splitlines():
+        m = _READY.search(line)
+        if m:
+            return datetime.strptime(f"{year}-{m.group(1)}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+    return None
+
+
+def _merge(windows: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(windows):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
+def summarise(log_dir: Path) -> dict[str, object]:
+    records = read_records(log_dir)
+    ts = [datetime.fromisoformat(str(r["ts"]).replace("Z", "+00:00")).timestamp() for r in records]
+    start, end = ts[0], ts[-1]
+    year = datetime.fromtimestamp(start, UTC).year
+    windows, startups = [], []
+    for log in sorted((log_dir / "runs").glob("*/server*.log")) + sorted((log_dir / "runs").glob("*/*/server*.log")):
+        birth, mtime = _birth_and_mtime(log)
+        windows.append((birth, mtime))
+        ready = _ready_at(log, year)
+        if ready is not None:
+            startups.append((birth, ready))
+    results = [payload_of(log_dir, r) for r in records if r["kind"] == "iteration.result"]
+    evaluated = [r for r in results if r.get("speedup") is not None or r["outcome"] == "parity-broken"]
+    wall = end - start
+    loop = [t for r, t in zip(records, ts, strict=True) if str(r["kind"]).startswith("iteration.")]
+    loop_s = (max(loop) - min(loop)) if loop else 0.0   # first hypothesis to last result: no baseline, no final
+    in_vllm = _merge(windows)
+    startup = _merge(startups)
+    return {
+        "log_dir": str(log_dir), "wall_s": round(wall, 1), "iterations": len(results),
+        "candidates_evaluated": len(evaluated),
+        "candidates_per_hour": round(len(evaluated) / (wall / 3600), 2) if wall else None,
+        "loop_s": round(loop_s, 1),
+        "candidates_per_hour_in_loop": round(len(evaluated) / (loop_s / 3600), 2) if loop_s else None,
+        "outcomes": [r["outcome"] for r in results],
+        "server_windows": len(windows), "vllm_alive_s": round(in_vllm, 1),
+        "outside_vllm_s": round(wall - in_vllm, 1), "outside_vllm_share": round((wall - in_vllm) / wall, 4),
+        "vllm_startup_s": round(startup, 1), "vllm_startup_share": round(startup / wall, 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log_dir", type=Path)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    summary = summarise(args.log_dir.resolve())
+    text = json.dumps(summary, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
