@@ -68,6 +68,8 @@ class TimingConfig(BaseModel):
     calls_per_round: PositiveInt = 10
     warmup_calls: Annotated[int, Field(ge=1)] = 5
     flush_l2: bool = Field(default=True, description="overwrite a buffer of twice the L2 before every timed call")
+    hide_launch_overhead: bool = Field(
+        default=True, description="queue a spin kernel before each start event: time device work, not host launches")
 
 
 class RooflineConfig(BaseModel):

@@ -106,7 +106,7 @@ def evaluate(req: EvalRequest) -> dict[str, Any]:
     device = torch.device(req.device)
     if device.type == "cpu":
         torch.set_num_threads(1)    # CPU time of one thread: no idle-spinning worker threads in the figures
-    timer = make_timer(device, flush_l2=req.timing.flush_l2)
+    timer = make_timer(device, flush_l2=req.timing.flush_l2, hide_launch=req.timing.hide_launch_overhead)
     result: dict[str, Any] = {"device": describe_device(device), "roofline": None, "builds": {}, "shapes": {}}
     if req.roofline is not None and device.type == "cuda":
         result["roofline"] = measure_roofline(req.roofline, timer, device=device)

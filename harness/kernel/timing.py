@@ -1,6 +1,12 @@
 """Timing kernels: device events around each call, warm-up first, the L2 flushed before every call, many
 calls, medians; several builds interleaved round by round with alternating order.
 
+Launch overhead: a spin kernel (about 0.2 ms) is queued after the flush and before the start event, so the GPU is
+still busy while the host runs the entry function and launches its kernels; the events then time device work
+only, as in vLLM, which replays decode steps as CUDA graphs. Without it, host time leaks into the figure whenever
+the GPU waits for a launch: seen on the H200 as the same decode kernel at 43 us in one runner process and 95-105
+us in the next (and +60 us on a 140 us one), both builds of a process moving together.
+
 The event class is bound when this module is imported, before any kernel module is loaded, so a kernel that
 rebinds `torch.cuda.Event` at import cannot change how it is timed (its patches are also refused by the
 policy's content rules). On the CPU (tests, the Triton interpreter) the process's CPU time stands in: CPU ops
@@ -20,6 +26,8 @@ __all__ = ["Timer", "CudaTimer", "HostTimer", "Timings", "make_timer", "interlea
 
 _EVENT = torch.cuda.Event
 _SYNC = torch.cuda.synchronize
+_SPIN = getattr(torch.cuda, "_sleep", None)     # a kernel that spins for N cycles (private, long-standing)
+SPIN_CYCLES = 400_000                           # ~0.2 ms at the H200's 1.98 GHz: longer than the host's launch work
 
 Call = Callable[[], object]
 
@@ -35,6 +43,7 @@ class Timer:
 class CudaTimer(Timer):
     device: torch.device
     flush: torch.Tensor | None      # a buffer larger than the L2: overwriting it evicts the kernel's data
+    spin_cycles: int = 0            # GPU clock cycles of the spin kernel before each start event (0: none)
 
     def time_calls(self, fn: Call, calls: int) -> list[float]:
         starts = [_EVENT(enable_timing=True) for _ in range(calls)]   # type: ignore[no-untyped-call]
@@ -42,6 +51,8 @@ class CudaTimer(Timer):
         for start, end in zip(starts, ends, strict=True):
             if self.flush is not None:
                 self.flush.zero_()      # in the stream before the start event: outside the timed region
+            if self.spin_cycles and _SPIN is not None:
+                _SPIN(self.spin_cycles)   # keeps the GPU busy while the host launches what fn() enqueues
             start.record()
             fn()
             end.record()
@@ -59,14 +70,16 @@ class HostTimer(Timer):
         return out
 
 
-def make_timer(device: torch.device, *, flush_l2: bool) -> Timer:
+def make_timer(device: torch.device, *, flush_l2: bool, hide_launch: bool = True) -> Timer:
     if device.type != "cuda":
         return HostTimer()
     flush = None
     if flush_l2:
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 64 << 20)
         flush = torch.empty(2 * l2, dtype=torch.uint8, device=device)
-    return CudaTimer(device=device, flush=flush)
+    if hide_launch and _SPIN is None:
+        raise RuntimeError("torch.cuda._sleep is missing: set timing.hide_launch_overhead: false")
+    return CudaTimer(device=device, flush=flush, spin_cycles=SPIN_CYCLES if hide_launch else 0)
 
 
 @dataclass(frozen=True)
