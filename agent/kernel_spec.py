@@ -101,7 +101,7 @@ def _read(path: Path) -> dict[str, object]:
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
-        raise SpecError(f"spec {path} not found; kernel specs live in experiments/*.yaml") from exc
+        raise SpecError(f"spec {path} not found; specs live in experiments/*.yaml") from exc
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
         raise SpecError(f"{path} is not valid YAML: {detail}") from exc

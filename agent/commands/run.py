@@ -82,6 +82,13 @@ def _override_executor(spec: CampaignSpec, args: argparse.Namespace) -> Campaign
 
 @cli_errors
 def run(args: argparse.Namespace) -> int:
+    from agent.kernel_spec import is_kernel_spec
+
+    if is_kernel_spec(Path(args.spec)):   # target.kind: kernel is a kernel campaign: `ratchet kernel` runs it
+        from agent.commands.kernel import run as run_kernel
+
+        return run_kernel(argparse.Namespace(spec=args.spec, max_iterations=args.max_iterations, wall_seconds=None,
+                                             log_dir=args.log_dir, workspaces=args.workspaces, out=None))
     spec = open_spec(args.spec)
     if args.max_iterations is not None:
         budget = spec.budget.model_copy(update={"max_iterations": args.max_iterations})

@@ -72,3 +72,12 @@ def test_a_faster_tunable_is_found_checked_committed_logged_and_summarised(tmp_p
     for kind in ("campaign.start", "baseline.result", "iteration.patch", "kernel.evaluation", "final.result",
                  "campaign.end"):
         assert kind in kinds
+
+
+def test_ratchet_run_hands_a_kernel_spec_to_the_kernel_campaign(tmp_path: Path, audit_key: Path) -> None:
+    spec_path = _spec(tmp_path, "[4]")       # nothing to try: the baseline, then the proposer gives up
+    rc = main(["run", str(spec_path), "--log-dir", str(tmp_path / "logs"), "--workspaces", str(tmp_path / "ws")])
+    assert rc == 0
+    (log_dir,) = (tmp_path / "logs").iterdir()
+    assert log_dir.name.startswith("torch-kernel-test-")
+    assert verify(log_dir).ok
