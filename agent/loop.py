@@ -168,9 +168,9 @@ class Campaign:
         for i in range(first, first + slots):
             self.on_event("iteration", {"iteration": i})
             item = _Pending(i)
+            items.append(item)
             try:
                 proposal = self._propose(i, [p.pending_entry() for p in items if p.job])
-                items.append(item)
                 if isinstance(proposal, GiveUp):
                     item.early = ("invalid", f"gave up: {proposal.reason}")
                     break
@@ -179,6 +179,10 @@ class Campaign:
                 reserved += item.job.ports.values()
             except BudgetExhausted as exc:   # evaluate what this round already prepared, then stop
                 stop = exc
+                if item.proposal is None:    # nothing of this iteration was recorded: it did not happen
+                    items.pop()
+                else:
+                    item.early = ("failed", f"budget exhausted while preparing: {exc}")
                 break
             except AuditError:
                 self._cleanup(items)

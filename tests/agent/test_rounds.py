@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.campaign import _limits
+from agent.errors import ActionDenied
 from agent.executor import EvalJob, EvalOutcome, WorkerLost
 from agent.gatekeeper import Gatekeeper
 from agent.loop import Campaign
@@ -110,3 +111,30 @@ def test_a_round_commits_only_its_best_candidate_and_records_in_order(
     assert all(not j.b.tree.exists() for r in executor.rounds for j in r)   # trees cleaned up
     camp.writer.checkpoint()
     assert verify(tmp_path / "log").ok
+
+
+class DeniedAt(SearchProposer):
+    """A proposer whose look at the workspace is denied in one iteration (as a policy deny would)."""
+
+    def __init__(self, config: object, deny_at: int) -> None:
+        super().__init__(config)  # type: ignore[arg-type]
+        self.deny_at = deny_at
+
+    def propose(self, state, tools, *, rng):  # type: ignore[no-untyped-def]
+        if state.iteration == self.deny_at:
+            raise ActionDenied("deny-test", "reading serving.yaml denied in this test")
+        return super().propose(state, tools, rng=rng)
+
+
+def test_an_error_while_proposing_is_that_iterations_recorded_outcome(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    executor = FakeExecutor({4: SpeedupCI(1.0, 0.98, 1.02, 3), 8: SpeedupCI(1.0, 0.98, 1.02, 3),
+                             16: SpeedupCI(1.0, 0.98, 1.02, 3)})
+    camp = campaign(executor)
+    camp.proposer = DeniedAt(camp.spec.proposer.search, deny_at=1)
+    camp.run()
+    results = {r["iteration"]: payload_of(tmp_path / "log", r) for r in read_records(tmp_path / "log")
+               if r["kind"] == "iteration.result"}
+    assert sorted(results) == [1, 2, 3, 4]
+    assert results[1]["outcome"] == "denied" and "deny-test" in str(results[1]["reason"])
+    assert [[j.iteration for j in r] for r in executor.rounds] == [[2], [3, 4]]
