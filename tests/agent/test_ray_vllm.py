@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -23,11 +24,15 @@ from tests.conftest import ROOT, processes_under
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_PORT = 6391
+# Token authentication on every process of the cluster (head, worker node, the campaign's driver), with a
+# token of this test's own: Ray's default depends on whether ~/.ray/auth_token happens to exist.
+RAY_ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def _ray(*args: str) -> None:
-    subprocess.run([RAY, *args], check=True, capture_output=True, timeout=180,
-                   env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    proc = subprocess.run([RAY, *args], capture_output=True, text=True, timeout=180, env=RAY_ENV)
+    assert proc.returncode == 0, f"ray {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
 
 
 @pytest.fixture
@@ -40,7 +45,7 @@ def ray_cluster(tmp_path: Path) -> Iterator[str]:
         _ray("start", "--address", f"127.0.0.1:{HEAD_PORT}", *common)
         yield f"127.0.0.1:{HEAD_PORT}"
     finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=180)
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=180, env=RAY_ENV)
 
 
 def _kill_first_evaluation(runs: Path, stop: threading.Event, killed: list[dict[str, object]]) -> None:
@@ -66,7 +71,7 @@ def test_a_parallel_campaign_survives_a_killed_worker_and_its_log_verifies(tmp_p
     stop, killed = threading.Event(), []
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", str(spec), "--log-dir", str(logs),
                              "--workspaces", str(tmp_path / "ws")], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, env=RAY_ENV)
     killer = None
     try:
         deadline = time.monotonic() + 900
