@@ -167,10 +167,16 @@ class _Netns:
 def _bwrap_argv(launch: Launch) -> list[str]:
     argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             "--tmpfs", "/run", "--tmpfs", "/dev/shm", "--dir", "/tmp/home"]
-    # Paths that /tmp or /run now hide come back read-only.
-    for path in (launch.workspace, *(m.source for m in launch.mounts)):
+    # Paths that /tmp or /run now hide come back read-only: the tree, the mounts, the interpreter's
+    # environment (a venv under /tmp, as in a CI clone there) and any file the command line names.
+    named = [Path(a) for a in launch.argv if a.startswith("/") and Path(a).exists()]
+    venv = Path(launch.argv[0]).parent.parent
+    seen: set[Path] = set()
+    for path in (launch.workspace, *(m.source for m in launch.mounts), venv, *named):
         resolved = Path(path).resolve()
-        if resolved.is_relative_to("/tmp") or resolved.is_relative_to("/run"):
+        if (resolved.is_relative_to("/tmp") or resolved.is_relative_to("/run")) and resolved not in seen \
+                and not any(resolved.is_relative_to(s) for s in seen):
+            seen.add(resolved)
             argv += ["--ro-bind", str(resolved), str(resolved)]
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--cap-drop", "ALL",
              "--chdir", "/tmp", "--"]
