@@ -26,7 +26,7 @@ from harness.errors import HarnessError
 from harness.measure import ABResult, Build
 from harness.parity import Generation
 from harness.server import port_is_free, port_is_leased
-from harness.stats import decide
+from harness.stats import Verdict, decide
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
@@ -75,6 +75,7 @@ class _Pending:
     iteration: int
     proposal: Proposal | None = None
     job: EvalJob | None = None
+    diff: str = ""                               # the canonical patch, as recorded and as committed
     early: tuple[Outcome, str] | None = None     # decided before evaluation: gave up, denied, bad patch, error
 
     def pending_entry(self) -> HistoryEntry:
@@ -105,7 +106,6 @@ class Campaign:
     started: float = field(default_factory=time.monotonic)
     on_event: Event = lambda kind, data: None
     executor: Executor = field(default_factory=LocalExecutor)
-    _diffs: dict[int, str] = field(default_factory=dict)    # canonical diffs of the round's prepared candidates
     _eval_minutes: float = 0.0                              # the longest evaluation so far, for the GPU budget
 
     # -- the loop -------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class Campaign:
                     item.early = ("invalid", f"gave up: {proposal.reason}")
                     break
                 item.proposal = proposal
-                item.job = self._prepare(i, proposal, reserved)
+                item.job, item.diff = self._prepare(i, proposal, reserved)
                 reserved += item.job.ports.values()
             except BudgetExhausted as exc:   # evaluate what this round already prepared, then stop
                 stop = exc
@@ -230,7 +230,7 @@ class Campaign:
             self.on_event("hypothesis", {"text": result.hypothesis})
         return result
 
-    def _prepare(self, i: int, proposal: Proposal, reserved: list[int]) -> EvalJob:
+    def _prepare(self, i: int, proposal: Proposal, reserved: list[int]) -> tuple[EvalJob, str]:
         """Gate the patch, build both trees (incumbent, candidate) and gate both servers: everything an
         evaluation needs, as data."""
         ws = self.workspace
@@ -253,10 +253,10 @@ class Campaign:
             for tree in (tree_a, tree_b):
                 ws.remove_copy(tree)
             raise
-        self._diffs[i] = canonical
-        return EvalJob(iteration=i, a=a, b=b, ports=ports, server=self.spec.server, bench=self.spec.benchmark,
-                       stats=self.spec.stats, parity=self.spec.parity, sandbox=self.spec.sandbox, work_dir=work,
-                       cache_dir=self.log_dir / "cache", reference=self.reference)
+        job = EvalJob(iteration=i, a=a, b=b, ports=ports, server=self.spec.server, bench=self.spec.benchmark,
+                      stats=self.spec.stats, parity=self.spec.parity, sandbox=self.spec.sandbox, work_dir=work,
+                      cache_dir=self.log_dir / "cache", reference=self.reference)
+        return job, canonical
 
     def _cleanup(self, items: list[_Pending]) -> None:
         for item in items:
@@ -289,13 +289,13 @@ class Campaign:
     def _settle(self, items: list[_Pending], evals: dict[int, EvalOutcome]) -> list[IterationOutcome]:
         """Judge and record in iteration order. Every candidate of a round was measured against the same
         incumbent, so at most one can be committed: the one with the highest lower bound."""
+        verdicts: dict[int, Verdict] = {}          # only for results with exact parity
         accepted: dict[int, float] = {}
-        for item in items:
-            o = evals.get(item.iteration)
-            if o and o.result and o.result.parity and o.result.parity.ok and o.result.overall:
-                verdict = decide(o.result.overall, o.result.headline(), self.spec.stats)
-                if verdict.accept and not verdict.quarantine:
-                    accepted[item.iteration] = o.result.overall.low
+        for i, done in evals.items():
+            if done.result and done.result.parity and done.result.parity.ok and done.result.overall:
+                verdicts[i] = decide(done.result.overall, done.result.headline(), self.spec.stats)
+                if verdicts[i].accept and not verdicts[i].quarantine:
+                    accepted[i] = done.result.overall.low
         best = max(accepted, key=lambda it: accepted[it]) if accepted else None
         outcomes = []
         for item in items:
@@ -309,18 +309,18 @@ class Campaign:
                 outcomes.append(self._finish(i, outcome, reason, proposal=proposal, placement=o.placement))
             else:
                 assert proposal is not None
-                outcomes.append(self._judge(i, proposal, self._diffs.pop(i), o, best=best))
+                outcomes.append(self._judge(i, proposal, item.diff, o, verdicts.get(i), best=best))
         return outcomes
 
-    def _judge(self, i: int, proposal: Proposal, diff: str, evaluation: EvalOutcome, *, best: int | None
-               ) -> IterationOutcome:
+    def _judge(self, i: int, proposal: Proposal, diff: str, evaluation: EvalOutcome, verdict: Verdict | None, *,
+               best: int | None) -> IterationOutcome:
+        """`verdict` is None when parity broke (or the benchmark was skipped for it)."""
         result, placement = evaluation.result, evaluation.placement
         assert result is not None and result.parity is not None
         self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
-        if not result.parity.ok or result.overall is None:
+        if verdict is None:
             return self._finish(i, "parity-broken", result.parity.summary(), proposal=proposal, result=result,
                                 placement=placement)
-        verdict = decide(result.overall, result.headline(), self.spec.stats)
         commit = None
         reason = verdict.reason
         if verdict.quarantine:
