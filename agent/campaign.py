@@ -154,6 +154,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     if journal.ended:
         raise CampaignError(f"campaign {journal.campaign} already ended; start a new one with `ratchet run`")
     spec = CampaignSpec.model_validate(journal.spec)
+    preflight(spec.executor)
     policy = load_policy(spec.policy)
     leftovers = reap_leftovers(log_dir)
     with AuditWriter.open(log_dir, campaign=journal.campaign) as writer:

@@ -259,7 +259,7 @@ def preflight(config: ExecutorConfig) -> None:
 
 
 def make_executor(config: ExecutorConfig, *, gpus_per_eval: float = 0.0) -> Executor:
-    preflight(config)
+    """Callers run preflight(config) first, before they create anything a failure would leave behind."""
     if config.kind == "local":
         return LocalExecutor(gpus_per_eval=gpus_per_eval)
     try:
