@@ -15,11 +15,10 @@ import re
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import policies
-from agent.spec import BudgetConfig, SearchConfig, SpecError
+from agent.spec import BudgetConfig, SearchConfig, SpecError, format_spec_error, read_spec_file
 from harness.config import StatsConfig
 from harness.kernel.config import CorrectnessConfig, RooflineConfig, ShapeConfig, TimingConfig
 
@@ -97,28 +96,15 @@ class KernelSpec(BaseModel):
         return (self.target.workspace or workspaces / campaign_id).resolve()
 
 
-def _read(path: Path) -> dict[str, object]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError as exc:
-        raise SpecError(f"spec {path} not found; specs live in experiments/*.yaml") from exc
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise SpecError(f"{path} is not valid YAML: {detail}") from exc
-    if not isinstance(data, dict):
-        raise SpecError(f"{path}: a spec is a YAML mapping, got {type(data).__name__}")
-    return data
-
-
 def is_kernel_spec(path: Path) -> bool:
     """Whether the file asks for a kernel campaign (`target.kind: kernel`); dispatchers use this."""
-    target = _read(Path(path)).get("target")
+    target = read_spec_file(Path(path)).get("target")
     return isinstance(target, dict) and target.get("kind") == "kernel"
 
 
 def load_kernel_spec(path: Path) -> KernelSpec:
     path = Path(path)
-    data = _read(path)
+    data = read_spec_file(path)
     target = data.get("target")
     if not (isinstance(target, dict) and target.get("kind") == "kernel"):
         raise SpecError(f"{path}: not a kernel spec (target.kind is not 'kernel'); run it with `ratchet run`")
@@ -130,10 +116,4 @@ def load_kernel_spec(path: Path) -> KernelSpec:
     try:
         return KernelSpec.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{path}: {exc.error_count()} problem(s):"]
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-            what = "unknown key (check spelling; see experiments/README.md, kernel campaigns)" \
-                if err["type"] == "extra_forbidden" else err["msg"]
-            lines.append(f"  {where}: {what}")
-        raise SpecError("\n".join(lines)) from None
+        raise SpecError(format_spec_error(path, exc, docs="experiments/README.md, kernel campaigns")) from None

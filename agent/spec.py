@@ -17,7 +17,8 @@ import policies
 from harness.config import BenchmarkConfig, ParityConfig, ServerConfig, StatsConfig
 
 __all__ = ["CampaignSpec", "TargetConfig", "SandboxConfig", "SearchConfig", "ProposerConfig", "BudgetConfig",
-           "LLMSettings", "SpecError", "load_spec", "ExecutorConfig", "RayConfig"]
+           "LLMSettings", "SpecError", "load_spec", "read_spec_file", "format_spec_error", "ExecutorConfig",
+           "RayConfig"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 DEFAULT_POLICY = Path(policies.__file__).resolve().parent / "default.yaml"
@@ -154,18 +155,18 @@ def _resolve_paths(data: dict[str, object], base: Path) -> None:
             block[key] = str(path if path.is_absolute() else (base / path).resolve())
 
 
-def _format_error(path: Path, exc: ValidationError) -> str:
+def format_spec_error(path: Path, exc: ValidationError, *, docs: str = "experiments/README.md") -> str:
+    """Every problem on its own line, with its field path; unknown keys point at the spec reference."""
     lines = [f"{path}: {exc.error_count()} problem(s):"]
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = "unknown key (check spelling; see experiments/README.md)" if err["type"] == "extra_forbidden" \
-            else err["msg"]
+        msg = f"unknown key (check spelling; see {docs})" if err["type"] == "extra_forbidden" else err["msg"]
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
 
 
-def load_spec(path: Path) -> CampaignSpec:
-    path = Path(path)
+def read_spec_file(path: Path) -> dict[str, object]:
+    """The spec's YAML mapping, or a SpecError saying what is wrong with the file."""
     try:
         data = yaml.safe_load(path.read_text())
     except FileNotFoundError as exc:
@@ -175,8 +176,14 @@ def load_spec(path: Path) -> CampaignSpec:
         raise SpecError(f"{path} is not valid YAML: {detail}") from exc
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec is a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def load_spec(path: Path) -> CampaignSpec:
+    path = Path(path)
+    data = read_spec_file(path)
     _resolve_paths(data, path.resolve().parent)
     try:
         return CampaignSpec.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_error(path, exc)) from None
+        raise SpecError(format_spec_error(path, exc)) from None
