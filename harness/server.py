@@ -100,12 +100,8 @@ def port_is_free(port: int) -> bool:
 
 
 def _check_port(port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise PortInUse(f"port {port} is in use; stop what listens there or leave server.port unset") from exc
+    if not port_is_free(port):
+        raise PortInUse(f"port {port} is in use; stop what listens there or leave server.port unset")
 
 
 # Ports of servers this host's ratchet processes run right now (campaigns, Ray workers): a flock per port,
