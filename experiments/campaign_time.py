@@ -23,6 +23,11 @@ from audit.reader import payload_of, read_records
 _READY = re.compile(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*Starting vLLM server on")
 
 
+def record_time(record: dict[str, object]) -> datetime:
+    """When an audit record was written (its `ts`, UTC)."""
+    return datetime.fromisoformat(str(record["ts"]))
+
+
 def _birth_and_mtime(path: Path) -> tuple[float, float]:
     # Python 3.11's os.stat has no birth time on Linux; coreutils' stat reads it with statx.
     out = subprocess.run(["stat", "-c", "%W", str(path)], capture_output=True, text=True, check=True).stdout
@@ -52,7 +57,7 @@ def _merge(windows: list[tuple[float, float]]) -> float:
 
 def summarise(log_dir: Path) -> dict[str, object]:
     records = read_records(log_dir)
-    ts = [datetime.fromisoformat(str(r["ts"]).replace("Z", "+00:00")).timestamp() for r in records]
+    ts = [record_time(r).timestamp() for r in records]
     start, end = ts[0], ts[-1]
     year = datetime.fromtimestamp(start, UTC).year
     windows, startups = [], []

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
 from pathlib import Path
+
+from campaign_time import record_time  # beside this file
 
 from audit import verify
 from audit.reader import payload_of, read_records
-
-
-def _ts(record: dict[str, object]) -> datetime:
-    return datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00"))
 
 
 def summarise(slots: int, log_dir: Path) -> dict[str, object]:
@@ -27,9 +24,9 @@ def summarise(slots: int, log_dir: Path) -> dict[str, object]:
     results = [(r, payload_of(log_dir, r)) for r in records if r["kind"] == "iteration.result"]
     return {
         "slots": slots, "log_dir": str(log_dir),
-        "wall_s": round((_ts(end) - _ts(start)).total_seconds(), 1),
-        "baseline_s": round((_ts(baseline) - _ts(start)).total_seconds(), 1),
-        "iterations_s": round((_ts(end) - _ts(baseline)).total_seconds(), 1),
+        "wall_s": round((record_time(end) - record_time(start)).total_seconds(), 1),
+        "baseline_s": round((record_time(baseline) - record_time(start)).total_seconds(), 1),
+        "iterations_s": round((record_time(end) - record_time(baseline)).total_seconds(), 1),
         "iterations": [{"iteration": r["iteration"], "outcome": p["outcome"], "speedup": p.get("speedup_text"),
                         "node": str(p.get("placement", {}).get("node_id", ""))[:12],
                         "eval_s": p.get("placement", {}).get("seconds")} for r, p in results],
