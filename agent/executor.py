@@ -70,7 +70,6 @@ class EvalOutcome:
     result: ABResult | None = None
     error: BaseException | None = None     # what the evaluation raised (HarnessError, SandboxError, WorkerLost…)
     placement: dict[str, Any] = field(default_factory=dict)   # node, host, GPUs, pid, attempt, seconds
-    attempts: int = 1
 
 
 def _placement(job: EvalJob, executor: str) -> dict[str, Any]:
@@ -142,10 +141,6 @@ def _evaluate_task(job: EvalJob) -> tuple[ABResult, dict[str, Any]]:
     return evaluate(job, executor="ray")
 
 
-def _reap_task(work_dir: Path) -> list[int]:
-    return reap_under(work_dir)
-
-
 class RayExecutor:
     """Each evaluation is a Ray task asking for the spec's resources (one GPU each on a GPU cluster)."""
 
@@ -168,7 +163,7 @@ class RayExecutor:
                          logging_level=logging.WARNING, log_to_driver=False)
         # max_retries=0: retries are the coordinator's, so each one is on record.
         self._evaluate = ray.remote(max_retries=0)(_evaluate_task)
-        self._reap = ray.remote(max_retries=0, num_cpus=0)(_reap_task)
+        self._reap = ray.remote(max_retries=0, num_cpus=0)(reap_under)
 
     def _submit(self, job: EvalJob) -> Any:
         return self._evaluate.options(num_cpus=self.config.num_cpus, num_gpus=self.config.num_gpus,
@@ -202,14 +197,12 @@ class RayExecutor:
             job = pending.pop(ready[0])
             try:
                 result, placement = ray.get(ready[0])
-                done[job.iteration] = EvalOutcome(job.iteration, result=result, placement=placement,
-                                                  attempts=job.attempt)
+                done[job.iteration] = EvalOutcome(job.iteration, result=result, placement=placement)
                 progress(f"iteration {job.iteration} evaluated on {placement.get('host')} "
                          f"(node {str(placement.get('node_id'))[:8]}) in {placement.get('seconds')} s")
             except ray.exceptions.RayTaskError as exc:   # the evaluation itself raised: an ordinary failure
                 cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-                done[job.iteration] = EvalOutcome(job.iteration, error=cause, attempts=job.attempt,
-                                                  placement=_read_placement(job))
+                done[job.iteration] = EvalOutcome(job.iteration, error=cause, placement=_read_placement(job))
             except Exception as exc:
                 if not self._lost(exc):
                     raise
@@ -222,7 +215,7 @@ class RayExecutor:
                     pending[self._submit(retry)] = retry
                     continue
                 done[job.iteration] = EvalOutcome(
-                    job.iteration, attempts=job.attempt, placement=placement,
+                    job.iteration, placement=placement,
                     error=WorkerLost(f"worker lost {job.attempt} time(s), retries used up: "
                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"))
         return [done[job.iteration] for job in jobs]

@@ -54,7 +54,7 @@ class FakeExecutor:
             ci = self.speedups[int(job.b.engine_args["max_num_seqs"])]  # type: ignore[call-overload]
             if ci is None:
                 on_retry(job, RuntimeError("worker died"))
-                outcomes.append(EvalOutcome(job.iteration, error=WorkerLost("retries used up"), attempts=2))
+                outcomes.append(EvalOutcome(job.iteration, error=WorkerLost("retries used up")))
                 continue
             grid = GridResult(build=job.a, startup_s=1.0, evidence={})
             result = ABResult(a=grid, b=GridResult(build=job.b, startup_s=1.0, evidence={}),
