@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 import policies
 from harness.config import BenchmarkConfig, ParityConfig, ServerConfig, StatsConfig
+from harness.engine_args import check_engine_args
+from harness.errors import EngineArgRejected
 
 __all__ = ["CampaignSpec", "TargetConfig", "SandboxConfig", "SearchConfig", "ProposerConfig", "BudgetConfig",
            "LLMSettings", "SpecError", "load_spec", "read_spec_file", "format_spec_error", "ExecutorConfig",
@@ -131,6 +133,17 @@ class CampaignSpec(BaseModel):
     final_comparison: bool = Field(default=True, description="measure best vs baseline once more at the end")
     profile_baseline: bool = Field(default=True, description="profile the baseline's largest cell for the proposer")
 
+    @model_validator(mode="after")
+    def _parity_needs_real_weights(self) -> CampaignSpec:
+        try:
+            check_engine_args(self.server.engine_args)
+        except EngineArgRejected as exc:
+            raise ValueError(f"server.engine_args: {exc}") from None
+        if self.server.engine_args.get("load_format") == "dummy" and self.parity.model is None:
+            raise ValueError("server.engine_args.load_format is dummy: every logprob is equal, so greedy tokens "
+                             "prove nothing; set parity.model to a real checkpoint (e.g. models/gemma4-tiny)")
+        return self
+
     def target_source(self) -> Path | None:
         """The package folder to copy into a workspace; None: the installed package."""
         return self.target.source / self.target.package if self.target.source else None
@@ -146,7 +159,7 @@ def _resolve_paths(data: dict[str, object], base: Path) -> None:
     elif isinstance(data["policy"], str):
         policy = Path(data["policy"]).expanduser()
         data["policy"] = str(policy if policy.is_absolute() else (base / policy).resolve())
-    targets = {("server", "model"), ("parity", "prompts"), ("parity", "visible_prompts"),
+    targets = {("server", "model"), ("parity", "prompts"), ("parity", "visible_prompts"), ("parity", "model"),
                ("target", "source"), ("target", "workspace")}
     for section, key in targets:
         block = data.get(section)

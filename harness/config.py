@@ -7,6 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from harness.engine_args import check_engine_args
+from harness.errors import EngineArgRejected
+
 __all__ = ["ServerConfig", "BenchmarkConfig", "ParityConfig", "StatsConfig", "Cell"]
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -72,6 +75,10 @@ class BenchmarkConfig(BaseModel):
         return cells
 
 
+# The engine args a parity.model server may override: those the checkpoint itself dictates.
+PARITY_OVERRIDABLE = frozenset({"load_format", "max_model_len"})
+
+
 class ParityConfig(BaseModel):
     model_config = _STRICT
     prompts: Path = Field(description="held prompts (JSONL: id, prompt_token_ids); the agent never sees them")
@@ -81,6 +88,27 @@ class ParityConfig(BaseModel):
     seed: int = 0
     concurrency: PositiveInt = 16
     request_timeout_s: float = Field(default=300.0, gt=0)
+    model: Path | None = Field(default=None, description=(
+        "a real checkpoint to check parity on, when the speed model has dummy weights (load_format: dummy "
+        "makes every logprob equal, so its greedy tokens prove nothing): a separate server of the same tree "
+        "and engine args, plus engine_args below, generates the held prompts"))
+    engine_args: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="overrides for that parity server, e.g. load_format: auto, max_model_len")
+
+    @model_validator(mode="after")
+    def _overrides_need_a_model(self) -> ParityConfig:
+        if self.engine_args and self.model is None:
+            raise ValueError("parity.engine_args only applies to a parity.model server; set parity.model")
+        # Only what the parity model itself needs: an override of a key a candidate may tune would hide it.
+        unneeded = sorted(set(self.engine_args) - PARITY_OVERRIDABLE)
+        if unneeded:
+            raise ValueError(f"parity.engine_args may only set {', '.join(sorted(PARITY_OVERRIDABLE))}; "
+                             f"not {', '.join(unneeded)}")
+        try:
+            check_engine_args(self.engine_args)
+        except EngineArgRejected as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
 
 class StatsConfig(BaseModel):

@@ -19,7 +19,7 @@ from harness.server import Server, serve
 from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
 from sandbox.base import Backend
 
-__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric"]
+__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric", "parity_server"]
 
 # What "faster" means per metric: throughput up, latency down (ratios are oriented so >1 is better).
 HIGHER_IS_BETTER = {"total_token_throughput": True, "output_throughput": True, "request_throughput": True,
@@ -102,16 +102,38 @@ def _alive_check(servers: dict[str, Server]) -> Callable[[BenchJob], None]:
     return check
 
 
+def parity_server(backend: Backend, build: Build, *, server: ServerConfig, parity: ParityConfig, work_dir: Path,
+                  cache_dir: Path) -> contextlib.AbstractContextManager[Server]:
+    """A server of `build` on `parity.model` (a real checkpoint): its tree and engine args, with only
+    the overrides that checkpoint needs. For specs whose speed model has dummy weights."""
+    assert parity.model is not None
+    return serve(backend, tree=build.tree, config=server.model_copy(update={"model": parity.model}),
+                 engine_args={**build.engine_args, **parity.engine_args},
+                 log_path=work_dir / f"server-{build.tag}-parity.log", cache_dir=cache_dir)
+
+
+def _generate_on_parity_model(backend: Backend, build: Build, *, server: ServerConfig, parity: ParityConfig,
+                              work_dir: Path, cache_dir: Path, progress: Progress) -> list[Generation]:
+    progress(f"parity: starting a {build.tag} server on {parity.model}")
+    with parity_server(backend, build, server=server, parity=parity, work_dir=work_dir, cache_dir=cache_dir) as srv:
+        progress(f"parity server {build.tag} ready in {srv.startup_s:.1f} s; generating")
+        return generate(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity)
+
+
 def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench: BenchmarkConfig,
                  work_dir: Path, cache_dir: Path, progress: Progress = lambda _: None,
                  on_run: Callable[[CellRun], None] | None = None, parity: ParityConfig | None = None) -> GridResult:
     cells = bench.cells()
+    generations: list[Generation] = []
+    if parity is not None and parity.model is not None:
+        generations = _generate_on_parity_model(backend, build, server=server, parity=parity, work_dir=work_dir,
+                                                cache_dir=cache_dir / "parity", progress=progress)
     progress(f"starting server for {build.tag}")
     with serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
                log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir) as srv:
         progress(f"server {build.tag} ready in {srv.startup_s:.1f} s; benchmarking {len(cells)} cells")
-        result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence)
-        if parity is not None:
+        result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence, generations=generations)
+        if parity is not None and parity.model is None:
             progress("parity: generating the reference")
             result.generations = generate(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity)
         jobs = _jobs(cells, [(build.tag, srv)], server.model, bench.repeats)
@@ -149,6 +171,18 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
     """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
     given (the campaign's baseline), else against A generated now."""
     cells = bench.cells()
+    report = None
+    if parity is not None and parity.model is not None:
+        # A separate (cheap) server per build on the real checkpoint, before the speed servers: fail fast.
+        gens = {build.tag: _generate_on_parity_model(
+                    backend, build, server=server.model_copy(update={"port": ports[build.tag]}) if ports else server,
+                    parity=parity, work_dir=work_dir, cache_dir=cache_dir / f"parity-{build.tag}", progress=progress)
+                for build in ((b,) if reference else (a, b))}
+        report = compare(reference or gens[a.tag], gens[b.tag])
+        progress(report.summary())
+        if not report.ok and stop_on_parity_failure:
+            return ABResult(a=GridResult(build=a, startup_s=0.0, evidence={}),
+                            b=GridResult(build=b, startup_s=0.0, evidence={}), parity=report, cells={}, overall=None)
     with contextlib.ExitStack() as stack:
         servers: dict[str, Server] = {}
         for build in (a, b):
@@ -158,8 +192,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                 backend, tree=build.tree, config=config, engine_args=build.engine_args,
                 log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir / build.tag))
             progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
-        report = None
-        if parity is not None:
+        if parity is not None and parity.model is None:
             progress("parity: generating on B" + ("" if reference else " and A"))
             prompts = load_prompts(parity.prompts)
             ref = reference or generate(servers[a.tag].base_url, server.served_model_name, prompts, parity)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
+from harness.measure import Build, parity_server
 from harness.parity import compare, generate, load_prompts, load_reference, save_reference
 from harness.server import serve
 
@@ -37,9 +38,17 @@ def run(args: argparse.Namespace) -> int:
     reference = load_reference(Path(args.reference), prompts_path=spec.parity.prompts) if args.reference else None
     ws = ensure_workspace(spec, workspace=args.workspace)
     work = ws.root.parent / f"{ws.root.name}.runs" / f"parity-{time.strftime('%Y%m%d-%H%M%S')}"
-    err_console.print(f"starting server for {ws.root} @ {ws.head()[:10]}")
-    with serve(make_backend(spec), tree=ws.root, config=spec.server, engine_args=ws.serving_config(),
-               log_path=work / "server.log", cache_dir=ws.root.parent / ".cache" / ws.tree_hash()) as srv:
+    cache_dir = ws.root.parent / ".cache" / ws.tree_hash()
+    if spec.parity.model is not None:   # dummy speed weights: parity runs on the real checkpoint
+        err_console.print(f"starting a server on {spec.parity.model} for {ws.root} @ {ws.head()[:10]}")
+        build = Build(tag="workspace", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
+        server = parity_server(make_backend(spec), build, server=spec.server, parity=spec.parity, work_dir=work,
+                               cache_dir=cache_dir / "parity")
+    else:
+        err_console.print(f"starting server for {ws.root} @ {ws.head()[:10]}")
+        server = serve(make_backend(spec), tree=ws.root, config=spec.server, engine_args=ws.serving_config(),
+                       log_path=work / "server.log", cache_dir=cache_dir)
+    with server as srv:
         err_console.print(f"server ready in {srv.startup_s:.1f} s; generating {len(prompts)} prompts")
         generations = generate(srv.base_url, srv.model_name, prompts, spec.parity,
                                concurrency=1 if args.batch_of_one else None)

@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import ROOT, processes_under, write_prompts, write_spec
 
+TINY = ROOT / "experiments" / "models" / "gemma4-tiny"
+PARITY_PROMPTS = ROOT / "experiments" / "prompts" / "gemma4-tiny-parity.jsonl"
+
 
 def ratchet(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -36,21 +39,34 @@ def test_measure_prints_the_grid_and_writes_one_object_per_cell(random_model: Pa
 
 
 @pytest.mark.vllm
-def test_compare_a_build_with_itself_holds_parity_and_writes_cis(random_model: Path, tmp_path: Path) -> None:
-    spec = write_spec(
-        tmp_path, model=random_model, workspace=tmp_path / "ws", prompts=write_prompts(tmp_path / "p.jsonl")
-    )
-    proc = ratchet(
-        "compare", str(spec), "--baseline", "HEAD", "--candidate", "HEAD", "--out", str(tmp_path / "c.json")
-    )
-    out = json.loads((tmp_path / "c.json").read_text())
+def test_compare_measures_dummy_weights_and_checks_parity_on_the_real_checkpoint(random_model: Path,
+                                                                                tmp_path: Path) -> None:
+    """The GPU spec's shape: speed on dummy weights (every logprob equal: their tokens prove nothing), parity
+    on a separate server of each build that serves the trained tiny Gemma 4 with its real weights."""
+    spec = write_spec(tmp_path, model=random_model, workspace=tmp_path / "ws", prompts=PARITY_PROMPTS)
+    spec.write_text(spec.read_text()
+                    .replace("max_model_len: 2048}", "max_model_len: 2048, load_format: dummy}")
+                    .replace("  max_tokens: 8\n",
+                             f"  max_tokens: 8\n  model: {TINY}\n  engine_args: {{load_format: auto}}\n"))
+    proc = ratchet("compare", str(spec), "--baseline", "HEAD", "--candidate", "HEAD",
+                   "--engine-args", '{"max_num_seqs": 4}', "--out", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads((tmp_path / "c.json").read_text())
     assert out["parity"]["ok"] is True
     for label in ("in64/out8", "in64/out1"):
         ci = out["cells"][label]["headline"]
         assert ci["n"] == 2 and ci["low"] <= ci["ratio"] <= ci["high"]
-    assert out["a"]["engine_args"] == out["b"]["engine_args"]
+    assert out["b"]["engine_args"] == {**out["a"]["engine_args"], "max_num_seqs": 4}
     assert "overall (geo-mean)" in proc.stdout
+    run = next((tmp_path / "ws.runs").glob("compare-*"))
+    for tag in ("A", "B"):     # the parity servers served the real checkpoint, the speed servers dummy weights
+        parity_log = (run / f"server-{tag}-parity.log").read_text()
+        speed_log = (run / f"server-{tag}.log").read_text()
+        assert f"model='{TINY}'" in parity_log and "load_format=auto" in parity_log
+        assert f"model='{random_model}'" in speed_log and "load_format=dummy" in speed_log
+    # the candidate's engine args reach its parity server too (that is what parity must vouch for)
+    assert "'max_num_seqs': 4" in (run / "server-B-parity.log").read_text()
+    assert "'max_num_seqs': 4" not in (run / "server-A-parity.log").read_text()
 
 
 def test_a_bad_spec_exits_2_with_the_field_path(tmp_path: Path) -> None:

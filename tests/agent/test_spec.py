@@ -77,3 +77,33 @@ def test_the_executor_defaults_to_local_and_parallel_slots_need_ray(tmp_path: Pa
     (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {kind: ray, ray: {gpus: 1}}\n")
     with pytest.raises(SpecError, match="executor.ray.gpus: unknown key"):
         load_spec(tmp_path / "s.yaml")
+
+
+def test_dummy_speed_weights_need_a_real_parity_checkpoint(tmp_path: Path) -> None:
+    dummy = MINIMAL.replace("server: {model: m}", "server: {model: m, engine_args: {load_format: dummy}}")
+    (tmp_path / "s.yaml").write_text(dummy)
+    with pytest.raises(SpecError, match="set parity.model"):
+        load_spec(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(dummy.replace(
+        "parity: {prompts: p.jsonl}", "parity: {prompts: p.jsonl, model: real, engine_args: {load_format: auto}}"))
+    spec = load_spec(tmp_path / "s.yaml")
+    assert spec.parity.model == tmp_path / "real" and spec.parity.engine_args == {"load_format": "auto"}
+
+
+@pytest.mark.parametrize(("parity", "error"), [
+    ("{prompts: p.jsonl, engine_args: {load_format: auto}}", "only applies to a parity.model server"),
+    # a candidate may tune max_num_seqs: a parity override of it would hide the candidate's change
+    ("{prompts: p.jsonl, model: r, engine_args: {max_num_seqs: 1}}", "may only set load_format, max_model_len"),
+    ("{prompts: p.jsonl, model: r, engine_args: {load_format: safetensors}}", "must be 'auto' or 'dummy'"),
+])
+def test_parity_overrides_are_limited_to_what_the_checkpoint_needs(tmp_path: Path, parity: str, error: str) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL.replace("parity: {prompts: p.jsonl}", f"parity: {parity}"))
+    with pytest.raises(SpecError, match=error):
+        load_spec(tmp_path / "s.yaml")
+
+
+def test_server_engine_args_are_checked_when_the_spec_loads(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL.replace("server: {model: m}",
+                                                     "server: {model: m, engine_args: {port: 1}}"))
+    with pytest.raises(SpecError, match="fixed by the harness"):
+        load_spec(tmp_path / "s.yaml")
