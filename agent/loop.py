@@ -245,6 +245,9 @@ class Campaign:
                                payload={"diff": canonical, "base": self.incumbent_ref})
             a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(), ref=self.incumbent_ref)
             b = Build(tag="B", tree=tree_b, engine_args=Workspace.open(tree_b).serving_config(), ref="candidate")
+            if b.engine_args.get("load_format") != a.engine_args.get("load_format"):
+                # dummy weights measure speed only; flipping them would change what is measured, not how fast
+                raise PatchRejected("serving.yaml: load_format is fixed by the spec; a candidate may not change it")
             ports: dict[str, int] = {}
             for build in (a, b):
                 ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,

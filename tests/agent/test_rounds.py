@@ -138,3 +138,20 @@ def test_an_error_while_proposing_is_that_iterations_recorded_outcome(
     assert sorted(results) == [1, 2, 3, 4]
     assert results[1]["outcome"] == "denied" and "deny-test" in str(results[1]["reason"])
     assert [[j.iteration for j in r] for r in executor.rounds] == [[2], [3, 4]]
+
+
+def test_a_candidate_may_not_switch_the_load_format(campaign: Callable[[FakeExecutor], Campaign],
+                                                    tmp_path: Path) -> None:
+    """Dummy weights are the spec's choice (speed only, parity elsewhere): flipping them is not an optimisation."""
+    executor = FakeExecutor({})
+    camp = campaign(executor)
+    camp.proposer = SearchProposer(camp.spec.proposer.search.model_copy(
+        update={"space": {"load_format": ["dummy"]}}))
+    camp.spec = camp.spec.model_copy(update={"budget": camp.spec.budget.model_copy(update={"max_iterations": 1})})
+    camp.run()
+    results = [payload_of(tmp_path / "log", r) for r in read_records(tmp_path / "log")
+               if r["kind"] == "iteration.result"]
+    assert [r["outcome"] for r in results] == ["invalid"]
+    assert "load_format is fixed by the spec" in str(results[0]["reason"])
+    assert executor.rounds == []                                   # nothing was measured
+    assert len(list(camp.workspace.repo.iter_commits())) == 1
