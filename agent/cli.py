@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 __all__ = ["main"]
 
@@ -26,7 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_terminate() -> None:
+    """SIGTERM (a scheduler, `docker stop`, `kill`) and SIGINT stop a command the way Ctrl-C does: servers
+    stopped, the audit log checkpointed. A shell starts background jobs with SIGINT ignored; undo that."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _stop_on_terminate()
     parser = build_parser()
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
