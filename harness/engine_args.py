@@ -43,6 +43,7 @@ ENV_ALLOWLIST = frozenset({
     "VLLM_ATTENTION_BACKEND",
     "VLLM_LOGGING_LEVEL",
     "CUDA_VISIBLE_DEVICES",
+    "VLLM_USE_FLASHINFER_SAMPLER",     # 0 skips the FlashInfer sampler's JIT build (~96 s per cold GPU start)
 })
 
 _FIXED = {"model", "port", "host", "enable_prefix_caching", "seed", "served_model_name", "trust_remote_code",

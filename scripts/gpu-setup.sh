@@ -25,6 +25,8 @@ SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$PWD" > "$SITE/ratchet-local.pth"
 "$PY" experiments/models/gemma4-e2b-dummy/make_e2b_dummy.py
 "$PY" -I -c 'import vllm, torch, transformers, tokenizers, harness; print("vllm", vllm.__version__, vllm.__file__, "torch", torch.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)'
+if [ -z "${SKIP_WORKSPACE:-}" ]; then   # a campaign (scripts/gpu-campaign.sh) creates its own
 "$PY" -c 'from pathlib import Path; from agent.spec import load_spec; from sandbox.workspace import Workspace
 s = load_spec(Path("experiments/gemma4-e2b-gpu.yaml")); w = Workspace.create(Path("/var/tmp/ws-e2b"), serving=dict(s.server.engine_args)); print("workspace", w.root, w.head())'
+fi
 echo "setup took $(( $(date +%s) - t0 )) s"

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from agent.base import Proposer
 from agent.campaign import CampaignEnd, start_campaign
 from agent.commands._common import cli_errors, console, err_console, make_backend, open_spec
-from agent.spec import CampaignSpec, ExecutorConfig, SpecError
+from agent.spec import BudgetConfig, CampaignSpec, ExecutorConfig, SpecError
 from agent.view import CampaignView, final_table
 from audit import AuditError
 
@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("spec")
     p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
     p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
+    p.add_argument("--wall-seconds", type=float, help="override budget.wall_seconds (e.g. what a GPU lease has left)")
     p.add_argument("--search-strategy", choices=("random", "grid"), help="override proposer.search.strategy")
     p.add_argument("--executor", choices=("local", "ray"), help="override executor.kind")
     p.add_argument("--slots", type=int, help="override executor.slots (evaluations in flight; ray only)")
@@ -87,12 +88,17 @@ def run(args: argparse.Namespace) -> int:
     if is_kernel_spec(Path(args.spec)):   # target.kind: kernel is a kernel campaign: `ratchet kernel` runs it
         from agent.commands.kernel import run as run_kernel
 
-        return run_kernel(argparse.Namespace(spec=args.spec, max_iterations=args.max_iterations, wall_seconds=None,
+        return run_kernel(argparse.Namespace(spec=args.spec, max_iterations=args.max_iterations,
+                                             wall_seconds=args.wall_seconds,
                                              log_dir=args.log_dir, workspaces=args.workspaces, out=None))
     spec = open_spec(args.spec)
-    if args.max_iterations is not None:
-        budget = spec.budget.model_copy(update={"max_iterations": args.max_iterations})
-        spec = spec.model_copy(update={"budget": budget})
+    budget = spec.budget.model_dump() | {k: v for k in ("max_iterations", "wall_seconds")
+                                         if (v := getattr(args, k)) is not None}
+    try:   # validated like the spec's own budget: --wall-seconds 0 is refused with the reason
+        spec = spec.model_copy(update={"budget": BudgetConfig.model_validate(budget)})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise SpecError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
     if args.search_strategy is not None:
         search = spec.proposer.search.model_copy(update={"strategy": args.search_strategy})
         spec = spec.model_copy(update={"proposer": spec.proposer.model_copy(update={"search": search})})

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The serving campaign on the lent H200 (issue 8), across several device calls of one lease:
+#   scripts/gpu-campaign.sh start     after scripts/gpu-stage.sh has gathered every bundle part: install the
+#                                     bundle (scripts/gpu-setup.sh), then start `ratchet run` in its own session,
+#                                     from a private copy of the repo, so it outlives this call
+#   scripts/gpu-campaign.sh wait N    wait up to N s for it to end; print its progress
+#   scripts/gpu-campaign.sh collect   stop it if still running (SIGTERM: it stops its servers, checkpoints its log), verify the audit log,
+#                                     leave the log (tgz), the report and the console output in $OUT
+# LEASE_LEFT (s, for `start`): what the lease has left; the loop's wall budget is derived from it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STATE=/var/tmp/ratchet-campaign
+SRC=$STATE/src
+SPEC=${SPEC:-experiments/gemma4-e2b-gpu-campaign.yaml}
+OUT=${OUT:-/var/tmp/out}
+mkdir -p "$STATE" "$OUT"
+
+progress() {
+  # the console view redraws in place; keep the last state of each line
+  tr '\r' '\n' < "$STATE/campaign.log" | grep -v '^\s*$' | tail -n "${1:-30}"
+}
+
+running() { [ -f "$STATE/pid" ] && kill -0 "$(cat "$STATE/pid")" 2>/dev/null; }
+
+case "${1:-}" in
+start)
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  git ls-files -z | xargs -0 cp --parents -t "$SRC"     # tracked files only: the next call re-copies this tree
+  cp -r .whl "$SRC"/ 2>/dev/null                        # git.deb for hosts without git
+  cd "$SRC"
+  SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
+  # Baseline (two server starts) comes before the loop and is not on the loop's wall budget.
+  WALL=$(( ${LEASE_LEFT:-1500} - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
+  [ "$WALL" -ge 300 ] || { echo "lease too short: loop budget would be $WALL s"; exit 1; }
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
+  echo "loop wall budget: $WALL s" | tee -a "$STATE/gpu.txt"
+  date +%s > "$STATE/started"
+  PYTHONUNBUFFERED=1 setsid nohup python3 -m agent.cli run "$SPEC" --log-dir "$STATE/logs" \
+    --workspaces "$STATE/ws" --wall-seconds "$WALL" > "$STATE/campaign.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/pid"
+  sleep 20
+  progress 20
+  running && echo "campaign running (pid $(cat "$STATE/pid"))" || { echo "campaign exited early"; exit 1; }
+  ;;
+wait)
+  end=$(( $(date +%s) + ${2:-540} ))
+  while running && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+  progress 40
+  echo "elapsed $(( $(date +%s) - $(cat "$STATE/started") )) s; $(running && echo running || echo ended)"
+  ;;
+collect)
+  if running; then
+    echo "still running: stopping it (SIGTERM)"
+    kill -TERM "$(cat "$STATE/pid")" 2>/dev/null   # ratchet stops its servers and checkpoints its log
+    for _ in $(seq 60); do running || break; sleep 1; done
+  fi
+  progress 60 > "$OUT/campaign-console.txt"
+  cp "$STATE/gpu.txt" "$OUT/" 2>/dev/null
+  cd "$SRC"
+  for d in "$STATE"/logs/*/; do
+    python3 -m agent.cli audit verify "$d" 2>&1 | tee -a "$OUT/verify.txt"
+    cp "$d"/summary.md "$OUT/campaign-summary.md" 2>/dev/null
+  done
+  tar czf "$OUT/campaign-log.tgz" --exclude='tree-*' --exclude='cache' -C "$STATE/logs" . 2>/dev/null
+  ls -la "$OUT"
+  ;;
+*)
+  echo "usage: $0 start|wait SECONDS|collect" >&2
+  exit 2
+  ;;
+esac
