@@ -27,6 +27,8 @@ def test_config_turns_on_gemma4s_distinctive_parts() -> None:
     full = [str(i) for i, t in enumerate(c["layer_types"]) if t == "full_attention"]
     assert all(c["per_layer_config"][i]["head_dim"] != c["head_dim"] for i in full)
     assert c["max_position_embeddings"] >= 4096
+    # transformers < 5.19 (5.5 is what vLLM 0.26 needs on the H200) ignores per_layer_config and reads this
+    assert all(c["per_layer_config"][i]["head_dim"] == c["global_head_dim"] for i in full)
 
 
 def test_checkpoint_is_a_few_megabytes() -> None:

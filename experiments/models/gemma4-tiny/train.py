@@ -143,6 +143,12 @@ def save(out: Path, result: dict[str, object], args: argparse.Namespace) -> None
     model = result["model"]
     assert isinstance(model, torch.nn.Module)
     model.save_pretrained(str(out), safe_serialization=True)
+    # transformers >= 5.19 writes the full layers' head dim only inside per_layer_config; older ones (5.5, the
+    # one vLLM 0.26 needs on the H200) read global_head_dim and would build 32-dim full layers without it.
+    config_path = out / "config.json"
+    config = json.loads(config_path.read_text())
+    config.setdefault("global_head_dim", config_kwargs()["global_head_dim"])
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
     GenerationConfig(bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID).save_pretrained(str(out))
     write_tokenizer(out)
     summary = {
