@@ -25,10 +25,12 @@ running() { [ -f "$STATE/pid" ] && kill -0 "$(cat "$STATE/pid")" 2>/dev/null; }
 case "${1:-}" in
 start)
   rm -rf "$SRC" && mkdir -p "$SRC"
-  git ls-files -z | xargs -0 cp --parents -t "$SRC"     # tracked files only: the next call re-copies this tree
-  cp -r .whl "$SRC"/ 2>/dev/null                        # git.deb for hosts without git
+  # the next call re-copies this tree; the campaign reads its own copy (bundle parts left out)
+  tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
   cd "$SRC"
   SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
+  # vLLM 0.26 wants k_norm weights on KV-shared layers (unused there); see the script's docstring
+  python3 experiments/models/gemma4-tiny/add_shared_kv_norms.py experiments/models/gemma4-tiny || exit 1
   # Baseline (two server starts) comes before the loop and is not on the loop's wall budget.
   WALL=$(( ${LEASE_LEFT:-1500} - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
   [ "$WALL" -ge 300 ] || { echo "lease too short: loop budget would be $WALL s"; exit 1; }
