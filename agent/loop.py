@@ -373,6 +373,7 @@ class Campaign:
                            cells={label: {m: vars(ci) for m, ci in per.items()} for label, per in result.cells.items()},
                            throughput_tok_s=_mean_total(result.b.runs), incumbent_tok_s=_mean_total(head_a),
                            cells_rows=result.b.table(self.spec.benchmark.cells()),
+                           incumbent_rows=result.a.table(self.spec.benchmark.cells()),   # A, same A/B
                            evidence={"A": result.a.evidence, "B": result.b.evidence})
         self.writer.append("iteration.result", iteration=i, payload=payload)
         entry = HistoryEntry(iteration=i, hypothesis=proposal.hypothesis if proposal else "", outcome=outcome,

@@ -6,7 +6,9 @@ trees, statistics) and the share spent in vLLM start-up.
 
 A server's window runs from the creation of its log file (the harness creates it at launch) to the
 file's last write (the server's shutdown messages); windows of A/B servers overlap and are merged.
-Start-up ends at vLLM's "Starting vLLM server on" line (one-second resolution).
+Start-up ends at vLLM's "Starting vLLM server on" line (one-second resolution). For logs copied from
+another machine (a GPU host) the file times are those of the copy: the windows then run from the first
+to the last timestamped vLLM line, which leaves out the seconds of Python imports before the first line.
 """
 
 from __future__ import annotations
@@ -37,6 +39,19 @@ def _birth_and_mtime(path: Path) -> tuple[float, float]:
     return birth, path.stat().st_mtime
 
 
+_STAMP = re.compile(r"(?:INFO|WARNING|ERROR|DEBUG) (\d\d-\d\d \d\d:\d\d:\d\d) ")
+
+
+def _logged_span(path: Path, year: int) -> tuple[float, float] | None:
+    """First and last timestamped line of a vLLM log (the log's own clock, one-second resolution)."""
+    stamps = _STAMP.findall(path.read_text(errors="replace"))
+    if not stamps:
+        return None
+    at = [datetime.strptime(f"{year}-{s}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+          for s in (stamps[0], stamps[-1])]
+    return at[0], at[1]
+
+
 def _ready_at(path: Path, year: int) -> float | None:
     for line in path.read_text(errors="replace").splitlines():
         m = _READY.search(line)
@@ -60,9 +75,14 @@ def summarise(log_dir: Path) -> dict[str, object]:
     ts = [record_time(r).timestamp() for r in records]
     start, end = ts[0], ts[-1]
     year = datetime.fromtimestamp(start, UTC).year
-    windows, startups = [], []
+    windows, startups, copied = [], [], False
     for log in sorted((log_dir / "runs").glob("*/server*.log")) + sorted((log_dir / "runs").glob("*/*/server*.log")):
         birth, mtime = _birth_and_mtime(log)
+        if birth > mtime or not start - 60 <= birth <= end + 60:   # a copy: file times say when it was copied
+            span = _logged_span(log, year)
+            if span is None:
+                raise SystemExit(f"{log}: copied (file times outside the campaign) and no timestamped lines")
+            birth, mtime, copied = span[0], span[1], True
         windows.append((birth, mtime))
         ready = _ready_at(log, year)
         if ready is not None:
@@ -81,6 +101,7 @@ def summarise(log_dir: Path) -> dict[str, object]:
         "loop_s": round(loop_s, 1),
         "candidates_per_hour_in_loop": round(len(evaluated) / (loop_s / 3600), 2) if loop_s else None,
         "outcomes": [r["outcome"] for r in results],
+        "server_windows_from": "vLLM log timestamps (copied logs)" if copied else "log file birth and last write",
         "server_windows": len(windows), "vllm_alive_s": round(in_vllm, 1),
         "outside_vllm_s": round(wall - in_vllm, 1), "outside_vllm_share": round((wall - in_vllm) / wall, 4),
         "vllm_startup_s": round(startup, 1), "vllm_startup_share": round(startup / wall, 4),

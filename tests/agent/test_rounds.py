@@ -106,6 +106,8 @@ def test_a_round_commits_only_its_best_candidate_and_records_in_order(
     assert "WorkerLost" in str(results[3]["reason"])
     assert [payload_of(tmp_path / "log", r)["attempt"] for r in records if r["kind"] == "iteration.retry"] == [1]
     assert results[1]["placement"] == {"node_id": "n2"}
+    # both sides' medians of the same A/B are on record (the incumbent's are not the baseline grid's)
+    assert [row["cell"] for row in results[1]["incumbent_rows"]] == [row["cell"] for row in results[1]["cells_rows"]]
     assert camp.workspace.serving_config()["max_num_seqs"] == 8       # only the best of round 1 was committed
     assert len(list(camp.workspace.repo.iter_commits())) == 2
     assert all(not j.b.tree.exists() for r in executor.rounds for j in r)   # trees cleaned up
