@@ -66,7 +66,8 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
     on_event("phase", {"phase": "baseline: parity reference + grid"})
     port = gate_server(gate, spec, ws.serving_config(), 0)
     server = spec.server.model_copy(update={"port": port})
-    build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
+    build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head(),
+                  cache_key=ws.content_hash())
     grid = measure_grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
                         cache_dir=log_dir / "cache", parity=spec.parity,
                         progress=lambda m: on_event("progress", {"message": m}))
@@ -245,8 +246,10 @@ def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
     tree_a = ws.checkout_copy(base_commit, work / "tree-A")
     tree_b = ws.checkout_copy(camp.incumbent_ref, work / "tree-B")
     try:
-        a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(base_commit), ref=base_commit)
-        b = Build(tag="B", tree=tree_b, engine_args=ws.serving_config(camp.incumbent_ref), ref=camp.incumbent_ref)
+        a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(base_commit), ref=base_commit,
+                  cache_key=ws.tree_hash(base_commit))
+        b = Build(tag="B", tree=tree_b, engine_args=ws.serving_config(camp.incumbent_ref), ref=camp.incumbent_ref,
+                  cache_key=ws.tree_hash(camp.incumbent_ref))
         it = camp.next_iteration
         port_a = gate_server(camp.gate, camp.spec, a.engine_args, it)
         port_b = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))

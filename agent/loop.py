@@ -243,8 +243,13 @@ class Campaign:
             canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
             self.writer.append("iteration.patch", iteration=i,
                                payload={"diff": canonical, "base": self.incumbent_ref})
-            a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(), ref=self.incumbent_ref)
-            b = Build(tag="B", tree=tree_b, engine_args=Workspace.open(tree_b).serving_config(), ref="candidate")
+            # cache keys = content: A finds the incumbent's compiled graphs (the baseline's, or the accepted
+            # candidate's); B's are its own, and become the next incumbent's if it is committed
+            a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(), ref=self.incumbent_ref,
+                      cache_key=ws.tree_hash(self.incumbent_ref))
+            candidate = Workspace.open(tree_b)
+            b = Build(tag="B", tree=tree_b, engine_args=candidate.serving_config(), ref="candidate",
+                      cache_key=candidate.content_hash())
             if b.engine_args.get("load_format") != a.engine_args.get("load_format"):
                 # dummy weights measure speed only; flipping them would change what is measured, not how fast
                 raise PatchRejected("serving.yaml: load_format is fixed by the spec; a candidate may not change it")

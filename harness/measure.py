@@ -19,7 +19,8 @@ from harness.server import Server, serve
 from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
 from sandbox.base import Backend
 
-__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric", "parity_server"]
+__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric", "parity_server",
+           "cache_dir_for"]
 
 # What "faster" means per metric: throughput up, latency down (ratios are oriented so >1 is better).
 HIGHER_IS_BETTER = {"total_token_throughput": True, "output_throughput": True, "request_throughput": True,
@@ -35,6 +36,18 @@ class Build:
     tree: Path                     # directory holding vllm/ (the PYTHONPATH overlay)
     engine_args: dict[str, object]
     ref: str = ""                  # git commit of the tree, for the record
+    # What the server's compiled artefacts depend on: the tree's content, serving.yaml included (its git
+    # tree hash). Builds with the same key share one compile cache (torch.compile, CUDA-graph and JIT
+    # caches: ~60 s of an H200 start); builds without one get a cache of their own per tag.
+    cache_key: str = ""
+
+
+def cache_dir_for(build: Build, root: Path, *, taken: tuple[Path, ...] = ()) -> Path:
+    """Where `build`'s server keeps its caches (HOME, VLLM_CACHE_ROOT): one folder per content, so a
+    candidate never reads artefacts compiled from other code, and an unchanged incumbent finds its own.
+    Two servers alive at once never share one (`taken`): their start-ups would write it concurrently."""
+    path = root / (build.cache_key or build.tag)
+    return path.with_name(f"{path.name}-{build.tag}") if path in taken else path
 
 
 def headline_metric(cell: Cell) -> str:
@@ -127,10 +140,12 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
     generations: list[Generation] = []
     if parity is not None and parity.model is not None:
         generations = _generate_on_parity_model(backend, build, server=server, parity=parity, work_dir=work_dir,
-                                                cache_dir=cache_dir / "parity", progress=progress)
+                                                cache_dir=cache_dir_for(build, cache_dir / "parity"),
+                                                progress=progress)
     progress(f"starting server for {build.tag}")
     with serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
-               log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir) as srv:
+               log_path=work_dir / f"server-{build.tag}.log",
+               cache_dir=cache_dir_for(build, cache_dir) if build.cache_key else cache_dir) as srv:
         progress(f"server {build.tag} ready in {srv.startup_s:.1f} s; benchmarking {len(cells)} cells")
         result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence, generations=generations)
         if parity is not None and parity.model is None:
@@ -176,7 +191,8 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         # A separate (cheap) server per build on the real checkpoint, before the speed servers: fail fast.
         gens = {build.tag: _generate_on_parity_model(
                     backend, build, server=server.model_copy(update={"port": ports[build.tag]}) if ports else server,
-                    parity=parity, work_dir=work_dir, cache_dir=cache_dir / f"parity-{build.tag}", progress=progress)
+                    parity=parity, work_dir=work_dir, cache_dir=cache_dir_for(build, cache_dir / "parity"),
+                    progress=progress)
                 for build in ((b,) if reference else (a, b))}
         report = compare(reference or gens[a.tag], gens[b.tag])
         progress(report.summary())
@@ -185,12 +201,14 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                             b=GridResult(build=b, startup_s=0.0, evidence={}), parity=report, cells={}, overall=None)
     with contextlib.ExitStack() as stack:
         servers: dict[str, Server] = {}
+        caches: tuple[Path, ...] = ()
         for build in (a, b):
             progress(f"starting server for {build.tag}")
             config = server.model_copy(update={"port": ports[build.tag]}) if ports else server
+            caches += (cache_dir_for(build, cache_dir, taken=caches),)
             servers[build.tag] = stack.enter_context(serve(
                 backend, tree=build.tree, config=config, engine_args=build.engine_args,
-                log_path=work_dir / f"server-{build.tag}.log", cache_dir=cache_dir / build.tag))
+                log_path=work_dir / f"server-{build.tag}.log", cache_dir=caches[-1]))
             progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
         if parity is not None and parity.model is None:
             progress("parity: generating on B" + ("" if reference else " and A"))

@@ -9,6 +9,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +110,20 @@ class Workspace:
 
     def tree_hash(self, ref: str = "HEAD") -> str:
         return self.repo.git.rev_parse(f"{ref}^{{tree}}")
+
+    def content_hash(self) -> str:
+        """The git tree hash of the working tree as it is (sources, new files and serving.yaml; ignored
+        binaries left out): equal content, equal hash, committed or not. A patched copy's hash is the tree
+        hash its commit will have."""
+        # A scratch copy of the index: hashing must not stage anything in a user's workspace.
+        index = self.root / self.repo.git.rev_parse("--git-path", "index")
+        with tempfile.TemporaryDirectory(prefix="ratchet-index-") as tmp:
+            scratch = Path(tmp) / "index"
+            if index.exists():
+                shutil.copy2(index, scratch)
+            env = {"GIT_INDEX_FILE": str(scratch)}
+            self.repo.git.add("--all", env=env)
+            return str(self.repo.git.write_tree(env=env))
 
     def resolve(self, ref: str) -> str:
         try:

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     cells = bench.cells()
     with progress_bar(len(cells) * bench.repeats, "benchmark runs") as (bar, task):
         result = measure_grid(make_backend(spec), build, server=spec.server, bench=bench, work_dir=work,
-                              cache_dir=ws.root.parent / ".cache" / ws.tree_hash(),
+                              cache_dir=ws.root.parent / ".cache" / ws.content_hash(),
                               progress=lambda msg: err_console.print(msg),
                               on_run=lambda run: bar.advance(task))  # type: ignore[arg-type]
     wall = time.monotonic() - started
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
                                    f"server start {result.startup_s:.1f} s; wall {wall:.0f} s)"))
     console.print("prefill tok/s = input tokens / wall time of an output-length-1 run (measured, not derived)")
     if args.out:
-        out = {"spec": spec.name, "ref": build.ref, "tree": ws.tree_hash(), "engine_args": build.engine_args,
+        out = {"spec": spec.name, "ref": build.ref, "tree": ws.content_hash(), "engine_args": build.engine_args,
                "startup_s": result.startup_s, "wall_s": wall, "evidence": result.evidence,
                "isolation": result.evidence.get("isolation"), "repeats": bench.repeats, "cells": rows}
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     reference = load_reference(Path(args.reference), prompts_path=spec.parity.prompts) if args.reference else None
     ws = ensure_workspace(spec, workspace=args.workspace)
     work = ws.root.parent / f"{ws.root.name}.runs" / f"parity-{time.strftime('%Y%m%d-%H%M%S')}"
-    cache_dir = ws.root.parent / ".cache" / ws.tree_hash()
+    cache_dir = ws.root.parent / ".cache" / ws.content_hash()
     if spec.parity.model is not None:   # dummy speed weights: parity runs on the real checkpoint
         err_console.print(f"starting a server on {spec.parity.model} for {ws.root} @ {ws.head()[:10]}")
         build = Build(tag="workspace", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                concurrency=1 if args.batch_of_one else None)
     if reference is None:
         save_reference(Path(args.record), generations, prompts_path=spec.parity.prompts,
-                       meta={"ref": ws.head(), "tree": ws.tree_hash(), "engine_args": ws.serving_config(),
+                       meta={"ref": ws.head(), "tree": ws.content_hash(), "engine_args": ws.serving_config(),
                              "evidence": srv.evidence})
         console.print(f"recorded {len(generations)} generations to {args.record}")
         return 0

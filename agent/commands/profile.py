@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     err_console.print(f"profiling {cell.label} of {ws.root} @ {ws.head()[:10]}")
     profiles = profile_cell(make_backend(spec), tree=ws.root, engine_args=ws.serving_config(), server=spec.server,
                             bench=spec.benchmark, cell=cell, work_dir=work,
-                            cache_dir=ws.root.parent / ".cache" / ws.tree_hash())
+                            cache_dir=ws.root.parent / ".cache" / ws.content_hash())
     for prof in profiles:
         table = Table(title=f"{prof.phase}: {prof.cell.label}, top ops by self time", title_justify="left")
         for col in ("op", "kind", "self ms", "calls", "share"):

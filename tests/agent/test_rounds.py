@@ -109,6 +109,12 @@ def test_a_round_commits_only_its_best_candidate_and_records_in_order(
     # both sides' medians of the same A/B are on record (the incumbent's are not the baseline grid's)
     assert [row["cell"] for row in results[1]["incumbent_rows"]] == [row["cell"] for row in results[1]["cells_rows"]]
     assert camp.workspace.serving_config()["max_num_seqs"] == 8       # only the best of round 1 was committed
+    # compile caches are keyed by content: round 2's incumbent (A) is round 1's winner (B) to the byte, so it
+    # finds the winner's compiled graphs; different candidates never share a cache
+    (it1, it2), (it3, it4) = executor.rounds
+    assert it1.a.cache_key == it2.a.cache_key == camp.workspace.tree_hash("HEAD~1")     # the baseline's content
+    assert it3.a.cache_key == it4.a.cache_key == it2.b.cache_key == camp.workspace.tree_hash("HEAD")
+    assert len({it1.b.cache_key, it2.b.cache_key, it3.b.cache_key, it4.b.cache_key, it1.a.cache_key}) == 5
     assert len(list(camp.workspace.repo.iter_commits())) == 2
     assert all(not j.b.tree.exists() for r in executor.rounds for j in r)   # trees cleaned up
     camp.writer.checkpoint()

@@ -175,3 +175,22 @@ def test_search_replace_through_a_symlink_is_rejected(ws: Workspace, tmp_path: P
             "pkg/escape/target.py\n<<<<<<< SEARCH\nsecret = 1\n=======\nsecret = 2\n>>>>>>> REPLACE\n"
         )
     assert (outside / "target.py").read_text() == "secret = 1\n"
+
+
+def test_the_content_hash_is_the_tree_hash_the_patched_content_will_commit_as(ws: Workspace, tmp_path: Path) -> None:
+    assert ws.content_hash() == ws.tree_hash()                        # clean: the commit's own tree
+    copy = Workspace.open(ws.checkout_copy("HEAD", tmp_path / "copy"), "pkg")
+    assert (copy.root / "pkg" / "kernel.so").exists()                 # linked binaries are ignored content
+    assert copy.content_hash() == ws.tree_hash()
+    diff = copy.apply_patch(GOOD_DIFF)
+    patched = copy.content_hash()
+    assert patched != ws.tree_hash()
+    (copy.root / "pkg" / "new.py").write_text("x = 1\n")            # a new file is content too
+    assert copy.content_hash() not in (patched, ws.tree_hash())
+    assert "new.py" in copy.repo.git.status("--porcelain")            # hashing staged nothing
+    assert "new.py" not in copy.repo.git.diff("--cached", "--name-only")
+    (copy.root / "pkg" / "new.py").unlink()
+    ws.apply_patch(diff)
+    ws.commit("the same patch, committed")
+    assert ws.tree_hash() == patched
+    ws.remove_copy(copy.root)
