@@ -4,9 +4,9 @@ Campaigns key each server's cache folder (HOME, VLLM_CACHE_ROOT) by the build's 
 (`harness.measure.cache_dir_for`), so an A that is the baseline's tree, or the last accepted candidate's,
 finds their torch.compile artefacts. Before, every A and B had a folder per tag and A recompiled. This
 measures what that saves on a compiled server (enforce_eager off): one priming start fills the warm folder,
-then warm and cold starts alternate (cold = a fresh folder each time).
+then warm and cold starts alternate (cold = a fresh folder each time): cold, warm, cold, warm, ...
 
-    python experiments/compile_cache_startup.py [SPEC] [--pairs 2] [--out FILE.json]
+    python experiments/compile_cache_startup.py [SPEC] [--starts 5] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", nargs="?", default=str(ROOT / "experiments" / "gemma4-tiny-cpu.yaml"))
-    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--starts", type=int, default=5, help="servers started in all (at least 2)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     spec = load_spec(Path(args.spec))
@@ -48,9 +48,11 @@ def main() -> None:
             print(f"{kind}: {starts[kind][-1]} s", flush=True)
 
         start("cold", work / "warm")                      # primes the warm folder; a cold start itself
-        for i in range(args.pairs):
-            start("warm", work / "warm")
-            start("cold", work / f"cold-{i}")
+        for i in range(1, max(args.starts, 2)):
+            if i % 2:
+                start("warm", work / "warm")
+            else:
+                start("cold", work / f"cold-{i}")
     cold, warm = statistics.median(starts["cold"]), statistics.median(starts["warm"])
     summary = {"spec": spec.name, "engine_args": engine_args, "starts_s": starts, "cold_median_s": cold,
                "warm_median_s": warm, "saved_s": round(cold - warm, 1), "warm_over_cold": round(warm / cold, 3),
