@@ -37,8 +37,9 @@ class Build:
     engine_args: dict[str, object]
     ref: str = ""                  # git commit of the tree, for the record
     # What the server's compiled artefacts depend on: the tree's content, serving.yaml included (its git
-    # tree hash). Builds with the same key share one compile cache (torch.compile, CUDA-graph and JIT
-    # caches: ~60 s of an H200 start); builds without one get a cache of their own per tag.
+    # tree hash). Builds with the same key share one cache folder (torch.compile and JIT caches: an E2B
+    # start on the H200 took 57 s warm vs 169 s cold); builds without one get a folder per tag. Parallel
+    # evaluations of one round share their incumbent's folder, as they shared the per-tag one before.
     cache_key: str = ""
 
 
