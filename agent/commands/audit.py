@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from audit import VerifyResult, anchor_path, default_anchor_dir, default_key_path, show, verify, write_report
-from policies import Policy, PolicyError, load_policy, redecider
+from policies import Policy, PolicyError, redecider
+from policies.known import known_policies
 
 __all__ = ["register"]
 
-_PACKAGED_POLICIES = Path(__file__).resolve().parents[2] / "policies"
 
 
 def _campaign(directory: Path) -> str | None:
@@ -44,8 +44,7 @@ def _anchor(args: argparse.Namespace) -> Path | None:
 
 
 def _policies(extra: list[Path]) -> list[Policy]:
-    files = sorted(_PACKAGED_POLICIES.glob("*.yaml")) + list(extra)
-    return [load_policy(path) for path in files]
+    return known_policies(extra)
 
 
 def _verify_result(args: argparse.Namespace) -> VerifyResult:
