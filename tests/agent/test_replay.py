@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.environment import describe_environment
-from agent.replay import Exit, replay, write_junit, write_summary
+from agent.replay import Claim, Exit, replay, speedup_holds, write_junit, write_summary
 from audit import AuditWriter
+from harness.stats import SpeedupCI
 from sandbox.workspace import Workspace
 from tests.conftest import ROOT
 
@@ -94,3 +95,29 @@ def test_a_missing_log_folder_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "agent.cli", "replay", str(tmp_path / "nope")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "holds no log.jsonl" in proc.stderr
+
+
+def _claim() -> Claim:
+    # the committed demo's iteration 1: a 2.53x geo-mean of a slow prefill cell and a fast decode cell
+    return Claim(iteration=1, diff="", tree="t", ratio=2.533, low=1.849, high=4.819, hypothesis="",
+                 cells={"in128/out1": {"ratio": 1.407, "low": 1.215, "high": 2.986, "n": 3},
+                        "in128/out32": {"ratio": 4.560, "low": 2.507, "high": 7.775, "n": 3}})
+
+
+def test_a_replay_of_some_cells_is_judged_against_those_cells_not_the_grids_geo_mean() -> None:
+    fast = SpeedupCI(5.338, 5.305, 5.379, 3)           # what CI measured on in128/out32 alone
+    ok, detail = speedup_holds(_claim(), fast, {"in128/out32": fast}, 0.05)
+    assert ok and "in128/out32: replayed 5.338x" in detail and "recorded 4.560x" in detail
+    gone = SpeedupCI(1.01, 0.99, 1.03, 3)
+    ok, detail = speedup_holds(_claim(), gone, {"in128/out32": gone}, 0.05)
+    assert not ok and "(disagrees)" in detail
+    ok, detail = speedup_holds(_claim(), fast, {"in999/out32": fast}, 0.05)
+    assert not ok and "not a cell of the campaign's grid" in detail
+
+
+def test_a_replay_of_the_whole_grid_is_judged_on_the_geo_mean() -> None:
+    cells = {"in128/out1": SpeedupCI(1.2, 1.1, 1.3, 3), "in128/out32": SpeedupCI(5.3, 5.2, 5.4, 3)}
+    ok, detail = speedup_holds(_claim(), SpeedupCI(2.5, 2.4, 2.6, 3), cells, 0.05)
+    assert ok and "recorded 2.533x [1.849, 4.819]" in detail
+    ok, _ = speedup_holds(_claim(), SpeedupCI(1.0, 0.98, 1.02, 3), cells, 0.05)
+    assert not ok
