@@ -14,7 +14,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import math
 import shutil
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +119,13 @@ def speedup_holds(claim: Claim, overall: SpeedupCI, cells: dict[str, SpeedupCI],
         recorded = fmt({"ratio": claim.ratio, "low": claim.low, "high": claim.high})
         return ok, f"replayed {overall} on cells {sorted(cells)}, recorded {recorded} (tolerance {tolerance:.0%})"
     verdicts, ok = [], True
+    # Judged by its cells, a claim must first be its cells' claim: the recorded geo-mean is their geo-mean
+    # (a log whose headline was inflated alone fails here).
+    geo = math.exp(statistics.fmean(math.log(c["ratio"]) for c in claim.cells.values()))
+    if abs(geo / claim.ratio - 1) > 0.01:
+        ok = False
+        verdicts.append(f"recorded {fmt({'ratio': claim.ratio, 'low': claim.low, 'high': claim.high})} is not the "
+                        f"geo-mean of its recorded cells ({geo:.3f}x)")
     for label, ci in sorted(cells.items()):
         rec = claim.cells.get(label)
         if rec is None:

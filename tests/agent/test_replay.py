@@ -3,6 +3,7 @@ environment, a patch that no longer applies, a base that is not the recorded one
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from agent.environment import describe_environment
@@ -113,6 +114,9 @@ def test_a_replay_of_some_cells_is_judged_against_those_cells_not_the_grids_geo_
     assert not ok and "(disagrees)" in detail
     ok, detail = speedup_holds(_claim(), fast, {"in999/out32": fast}, 0.05)
     assert not ok and "not a cell of the campaign's grid" in detail
+    inflated = dataclasses.replace(_claim(), ratio=9.0, low=8.5, high=9.5)   # the headline forged, not the cells
+    ok, detail = speedup_holds(inflated, fast, {"in128/out32": fast}, 0.05)
+    assert not ok and "recorded 9.000x [8.500, 9.500] is not the geo-mean of its recorded cells (2.533x)" in detail
 
 
 def test_a_replay_of_the_whole_grid_is_judged_on_the_geo_mean() -> None:
