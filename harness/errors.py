@@ -8,7 +8,8 @@
      ├── BenchmarkFailed      the benchmark client failed or requests failed
      ├── MalformedBenchResult the client's --save-result JSON is missing fields or is not JSON
      ├── ParityError          parity prompts or references are unusable
-     └── EngineArgRejected    a serving-config key or value is not on the allowlist
+     ├── EngineArgRejected    a serving-config key or value is not on the allowlist
+     └── EngineDefaultsUnknown vLLM could not say which engine args it resolves (callers go on without)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "MalformedBenchResult",
     "ParityError",
     "EngineArgRejected",
+    "EngineDefaultsUnknown",
 ]
 
 
@@ -59,4 +61,8 @@ class ParityError(HarnessError):
 
 
 class EngineArgRejected(HarnessError):
+    pass
+
+
+class EngineDefaultsUnknown(HarnessError):
     pass
