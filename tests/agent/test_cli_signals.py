@@ -16,8 +16,8 @@ WAITER = """
 from agent.cli import _stop_on_terminate
 import time
 _stop_on_terminate()
-print("ready", flush=True)
-try:
+try:  # "ready" inside the try: a signal that lands right after it must still be caught here
+    print("ready", flush=True)
     time.sleep(60)
 except KeyboardInterrupt as exc:
     print("interrupted", exc, flush=True)
