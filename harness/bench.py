@@ -125,8 +125,10 @@ def _kill_group(pid: int) -> None:
 
 def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Path,
              python: str = sys.executable, on_done: Callable[[CellRun], None] | None = None,
-             check_alive: Callable[[BenchJob], None] | None = None) -> list[CellRun]:
-    """Run jobs in the given order (the caller interleaves A/B) in one pristine client process."""
+             check_alive: Callable[[BenchJob], None] | None = None,
+             before_job: Callable[[BenchJob], None] | None = None) -> list[CellRun]:
+    """Run jobs in the given order (the caller interleaves A/B) in one pristine client process.
+    `before_job` runs before each job is let go (the caller freezes the servers it does not measure)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     files = [f"job{index:04d}.json" for index in range(len(jobs))]
     for name in files:
@@ -139,18 +141,24 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
     runs: list[CellRun] = []
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([python, "-I", "-m", "harness.bench_driver", f.name], stdout=subprocess.PIPE,
-                                stderr=log, start_new_session=True)
+                                stdin=subprocess.PIPE, stderr=log, start_new_session=True)
         # The client can hang without printing: a watchdog kills its process group at the deadline.
         fired = threading.Event()
         watchdog = threading.Timer(timeout, lambda: (fired.set(), _kill_group(proc.pid)))
         watchdog.start()
         started = time.monotonic()
         try:
-            assert proc.stdout is not None
+            assert proc.stdout is not None and proc.stdin is not None
             for raw_line in proc.stdout:
                 line = raw_line.decode(errors="replace").strip()
                 log.write(raw_line)
-                if line.startswith("RATCHET_JOB_START"):
+                if line.startswith("RATCHET_JOB_READY"):
+                    index = int(line.split()[1])
+                    if before_job:
+                        before_job(jobs[index])
+                    proc.stdin.write(f"go {index}\n".encode())
+                    proc.stdin.flush()
+                elif line.startswith("RATCHET_JOB_START"):
                     started = time.monotonic()
                 elif line.startswith("RATCHET_JOB_DONE"):
                     index = int(line.split()[1])

@@ -3,6 +3,8 @@
 Invoked by harness.bench as `python -I -m harness.bench_driver JOBS.json` from the installed,
 unpatched vLLM: `-I` ignores PYTHONPATH, so the candidate's tree can never supply the client.
 Each job is the argv of `vllm bench serve`; results go where each argv's --result-dir says.
+Before each job it prints RATCHET_JOB_READY and waits for a line on stdin: the harness first freezes
+every server but the one this job measures.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ def main(jobs_path: str) -> int:
         parser = FlexibleArgumentParser()
         add_cli_args(parser)
         args = parser.parse_args(argv)
+        print(f"RATCHET_JOB_READY {index}", flush=True)
+        if sys.stdin.readline().strip() != f"go {index}":
+            print(f"RATCHET_JOB_ABORT {index}", flush=True)
+            return 1
         print(f"RATCHET_JOB_START {index}", flush=True)
         bench_main(args)
         print(f"RATCHET_JOB_DONE {index}", flush=True)

@@ -351,6 +351,14 @@ class DockerRunning:
             },
         }
 
+    def freeze(self) -> None:
+        """The cgroup freezer: every process of the container stops, wherever it forked to."""
+        self.container.pause()
+
+    def thaw(self) -> None:
+        with contextlib.suppress(Exception):   # not paused (or already gone): nothing to thaw
+            self.container.unpause()
+
     def stop(self) -> None:
         """Stop and remove the container, its network and its firewall rule; record why it ended."""
         with self._stop_lock:
@@ -359,6 +367,7 @@ class DockerRunning:
 
     def _stop(self) -> None:
         try:
+            self.thaw()
             # Already gone or dead: the removal below is what matters.
             with contextlib.suppress(Exception):
                 self.container.stop(timeout=_STOP_GRACE_S)

@@ -50,6 +50,7 @@ class LocalRunning:
     # stop() may be called from a watchdog thread and from the harness's cleanup at once: the second
     # caller must wait until the processes are really gone, not return while the first is still waiting.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _frozen: list[psutil.Process] = field(default_factory=list, repr=False)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -63,6 +64,20 @@ class LocalRunning:
             info["netns"] = dict(self.netns)
         return info
 
+    def freeze(self) -> None:
+        """SIGSTOP every process of the server: its group and descendants that left it (setsid)."""
+        self._frozen = _group_members(self.process.pid)
+        for proc in self._frozen:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        # The processes frozen, and whatever is in the group now: nothing stays stopped by accident.
+        for proc in [*self._frozen, *_group_members(self.process.pid)]:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGCONT)
+        self._frozen = []
+
     def stop(self) -> None:
         """Terminate the whole process group, then kill anything left (vLLM spawns engine cores)."""
         with self._lock:
@@ -72,6 +87,7 @@ class LocalRunning:
 
     def _stop(self) -> None:
         pgid = self.process.pid
+        self.thaw()   # a stopped process would hold SIGTERM until the grace period ends
         leftovers = _group_members(pgid)
         _signal_group(pgid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
