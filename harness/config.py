@@ -54,7 +54,9 @@ class BenchmarkConfig(BaseModel):
         default=4, description="prefill-only runs are short: they send this many times num_prompts")
     max_concurrency: PositiveInt = 8
     num_warmups: int = Field(default=2, ge=0)
-    repeats: PositiveInt = 3
+    repeats: PositiveInt = Field(default=4, description=(
+        "interleaved A/B pairs per cell; a campaign, compare or replay needs an even number, at least 4 "
+        "(harness/stats.py)"))
     seed: int = 0
     run_timeout_s: float = Field(default=600.0, gt=0)
 
@@ -112,12 +114,17 @@ class ParityConfig(BaseModel):
 
 
 class StatsConfig(BaseModel):
-    """The accept rule: bootstrap CI of the paired speedup, threshold on its lower bound, cell guard."""
+    """The accept rule (harness/stats.py): Student-t interval of the paired log-ratios, threshold on its
+    lower bound, a one-sided regression test per cell, a plausibility ceiling per cell and overall."""
 
     model_config = _STRICT
     metric: Literal["total_token_throughput", "output_throughput", "request_throughput"] = "total_token_throughput"
     confidence: Annotated[float, Field(gt=0.5, lt=1.0)] = 0.95
-    resamples: Annotated[int, Field(ge=200)] = 4000
+    resamples: Annotated[int, Field(ge=200, description=(
+        "read by nothing since intervals are Student-t (no resampling); accepted so that specs and audit "
+        "logs written before still load"))] = 4000
+    guard_confidence: Annotated[float, Field(gt=0.5, lt=1.0, description=(
+        "level of the one-sided test that calls a cell regressed (its upper bound below cell_guard)"))] = 0.95
     accept_lower_bound: Annotated[float, Field(gt=0)] = 1.02
     cell_guard: Annotated[float, Field(gt=0, le=1.0)] = 0.97
     plausibility_ceiling: Annotated[float, Field(gt=1.0)] = 10.0

@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 
 from harness.config import StatsConfig
-from harness.stats import SpeedupCI, cv, decide, overall_ci, speedup_ci
+from harness.stats import MIN_REPEATS, SpeedupCI, check_repeats, cv, decide, overall_ci, speedup_ci
 
 CFG = StatsConfig()
 
 
-def _noisy(mean: float, n: int, seed: int) -> list[float]:
-    return list(mean * (1 + np.random.default_rng(seed).normal(0, 0.03, n)))
+def _noisy(mean: float, n: int, seed: int, sd: float = 0.03) -> list[float]:
+    return list(mean * (1 + np.random.default_rng(seed).normal(0, sd, n)))
 
 
 def test_a_no_op_comparison_has_a_ci_containing_one() -> None:
@@ -24,8 +27,38 @@ def test_a_ten_percent_slowdown_is_detected() -> None:
     assert ci.high < 0.97 and 0.85 < ci.ratio < 0.95, ci
 
 
+def test_the_interval_is_student_t_on_the_paired_log_ratios() -> None:
+    a, b = [100.0, 110.0, 90.0, 105.0], [110.0, 118.0, 101.0, 112.0]
+    d = np.log(np.array(b) / np.array(a))
+    half = 3.182446305284263 * d.std(ddof=1) / 2           # t(0.975, df=3) * s / sqrt(4)
+    ci = speedup_ci(a, b, CFG)
+    assert math.isclose(ci.ratio, math.exp(d.mean()))
+    assert math.isclose(ci.low, math.exp(d.mean() - half)) and math.isclose(ci.high, math.exp(d.mean() + half))
+    assert ci.df == 3 and ci.upper(0.95) < ci.high         # the one-sided 95 % bound is tighter
+
+
+def test_at_three_repeats_the_interval_is_wider_than_the_range_of_the_ratios() -> None:
+    """The percentile bootstrap returned [min, max] of the per-repeat ratios at n = 3: not a 95 % interval."""
+    a, b = [100.0, 100.0, 100.0], [104.0, 106.0, 108.0]
+    ci = speedup_ci(a, b, CFG)
+    assert ci.low < 1.04 and ci.high > 1.08
+
+
+def test_the_accept_rule_is_calibrated_under_the_null_at_campaign_size() -> None:
+    """Simulated: true ratio 1.0, 10 % lognormal noise, 4 repeats, 9 cells. The issue measured 10.8 % of
+    such geo-means passing the old rule; a t interval puts its lower bound above 1.0 in ~2.5 %."""
+    rng = np.random.default_rng(0)
+    above = 0
+    trials = 2000
+    for _ in range(trials):
+        a = {f"c{k}": list(np.exp(rng.normal(0, 0.1, 4))) for k in range(9)}
+        b = {f"c{k}": list(np.exp(rng.normal(0, 0.1, 4))) for k in range(9)}
+        above += overall_ci(a, b, CFG).low > 1.0
+    assert above / trials < 0.04
+
+
 def test_identical_samples_give_a_zero_width_interval() -> None:
-    ci = speedup_ci([5.0, 5.0, 5.0], [5.0, 5.0, 5.0], CFG)
+    ci = speedup_ci([5.0, 5.0, 5.0, 5.0], [5.0, 5.0, 5.0, 5.0], CFG)
     assert (ci.low, ci.ratio, ci.high) == (1.0, 1.0, 1.0)
 
 
@@ -49,10 +82,37 @@ def test_a_regressed_cell_blocks_acceptance() -> None:
     assert not verdict.accept and "b" in verdict.reason
 
 
+def test_the_guard_is_a_one_sided_test_not_the_optimistic_bound() -> None:
+    """A cell 6 % slower whose two-sided upper bound just reaches 0.975 used to pass the guard (0.97)."""
+    se = math.log(0.975 / 0.94) / 2.447                     # two-sided 95 % upper bound 0.975 at df = 6
+    slow = SpeedupCI(0.94, 0.94 * math.exp(-2.447 * se), 0.975, 7, se_log=se, df=6)
+    good = SpeedupCI(1.3, 1.2, 1.4, 7)
+    assert slow.high > CFG.cell_guard > slow.upper(0.95)
+    verdict = decide(good, {"fast": good, "slow": slow}, CFG)
+    assert not verdict.accept and "slow" in verdict.reason and "one-sided 95% upper bound" in verdict.reason
+
+
 def test_an_implausible_speedup_is_quarantined_not_accepted() -> None:
     huge = SpeedupCI(30.0, 25.0, 35.0, 10)
     verdict = decide(huge, {"c": huge}, CFG)
     assert verdict.quarantine and not verdict.accept
+
+
+def test_one_implausible_cell_is_quarantined_though_the_geo_mean_is_plausible() -> None:
+    """One 30x cell in a 9-cell grid gives a 1.46x geo-mean: accepted before, quarantined now."""
+    plain = SpeedupCI(1.0, 0.99, 1.01, 4)
+    cells = {f"c{k}": plain for k in range(8)} | {"c8": SpeedupCI(30.0, 29.0, 31.0, 4)}
+    overall = SpeedupCI(30 ** (1 / 9), 1.4, 1.5, 4)
+    verdict = decide(overall, cells, CFG)
+    assert verdict.quarantine and not verdict.accept and "c8" in verdict.reason
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 3, 5])
+def test_fewer_or_odd_repeats_are_refused_with_the_minimum(repeats: int) -> None:
+    with pytest.raises(ValueError, match=f"set repeats: {max(MIN_REPEATS, repeats + repeats % 2)}"):
+        check_repeats(repeats)
+    check_repeats(MIN_REPEATS)
+    check_repeats(6)
 
 
 def test_cv() -> None:
