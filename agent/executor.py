@@ -58,6 +58,9 @@ class EvalJob:
     cache_dir: Path
     reference: list[Generation]
     attempt: int = 1
+    # "screen": the A/B that finds a candidate; "confirm": the fresh, independent A/B a candidate that
+    # cleared the bar must pass again before it is committed (new servers, seeds, B-first interleaving)
+    purpose: str = "screen"
 
     @property
     def attempt_dir(self) -> Path:
@@ -97,7 +100,7 @@ def evaluate(job: EvalJob, *, executor: str = "local", progress: Progress = lamb
     result = ab_compare(backend_from_config(job.sandbox), job.a, job.b, server=job.server, bench=job.bench,
                         stats_cfg=job.stats, parity=job.parity, work_dir=job.attempt_dir,
                         cache_dir=job.cache_dir, reference=job.reference, stop_on_parity_failure=True,
-                        ports=job.ports, progress=progress)
+                        ports=job.ports, progress=progress, b_first=job.purpose == "confirm")
     placement["seconds"] = round(time.monotonic() - t0, 1)
     return result, placement
 

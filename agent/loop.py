@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.engine_args import engine_argv
+from harness.engine_defaults import effective_engine_args
 from harness.errors import HarnessError
 from harness.measure import ABResult, Build
 from harness.parity import Generation
@@ -31,7 +32,7 @@ from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["Campaign", "IterationOutcome", "gate_server", "pick_port", "SERVER_PORTS"]
+__all__ = ["Campaign", "Confirmation", "IterationOutcome", "gate_server", "pick_port", "SERVER_PORTS"]
 
 Event = Callable[[str, dict[str, Any]], None]
 # The ports the default policy lets servers listen on; each start takes a free one.
@@ -66,6 +67,18 @@ class IterationOutcome:
     result: ABResult | None = None
     commit: str | None = None
     placement: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The fresh A/B of a round's best candidate, or (outcome None) why it could not run."""
+
+    outcome: EvalOutcome | None
+    reason: str
+
+
+# Added to the benchmark seed for a confirmation: its random prompts are not the screen's.
+CONFIRM_SEED_OFFSET = 1_000_003
 
 
 @dataclass
@@ -107,6 +120,23 @@ class Campaign:
     on_event: Event = lambda kind, data: None
     executor: Executor = field(default_factory=LocalExecutor)
     _eval_minutes: float = 0.0                              # the longest evaluation so far, for the GPU budget
+    _eval_seconds: float = 0.0                              # the same in wall seconds, for the wall budget
+    _round_started: float = 0.0
+    effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
+
+    def resolve_defaults(self) -> None:
+        """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
+        so that no proposer spends an A/B on a value already in force. Unknown: the proposer sees {}."""
+        config = self.workspace.serving_config()
+        try:
+            self.effective_serving = effective_engine_args(self.spec.server.model, config, env=self.spec.server.env)
+        except HarnessError as exc:
+            self.effective_serving = {}
+            self.writer.append("error", payload={"phase": "engine defaults", "type": type(exc).__name__,
+                                                 "message": str(exc)[:2000]})
+            return
+        self.writer.append("engine.defaults", payload={"incumbent": self.incumbent_ref, "serving": config,
+                                                       "effective": self.effective_serving})
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> str:
@@ -119,8 +149,11 @@ class Campaign:
             if self.next_iteration > budget.max_iterations:
                 return f"iteration budget of {budget.max_iterations} reached"
             left = self.gate.left("wall_seconds")
-            if left < last_duration:   # never start a round that would overrun the wall budget
-                return f"wall-time budget: {left:.0f} s left, a round takes ~{last_duration:.0f} s"
+            # never start a round that would overrun the wall budget, nor one that would leave no time for
+            # the final best-vs-stock comparison (an evaluation's length) once something is accepted
+            if left < last_duration + self._eval_seconds:
+                return (f"wall-time budget: {left:.0f} s left, a round takes ~{last_duration:.0f} s and "
+                        f"~{self._eval_seconds:.0f} s stay reserved for the final comparison")
             slots = min(self.executor.slots, budget.max_iterations - self.next_iteration + 1, self._gpu_slots())
             if slots < 1:
                 return f"GPU budget: {self.gate.left('gpu_minutes'):.1f} GPU-minutes left, less than one evaluation"
@@ -162,6 +195,7 @@ class Campaign:
         return self.round(i, 1)[0]
 
     def round(self, first: int, slots: int) -> list[IterationOutcome]:
+        self._round_started = time.monotonic()
         items: list[_Pending] = []
         reserved: list[int] = []          # ports gated for this round's evaluations: never handed out twice
         stop: BaseException | None = None
@@ -200,9 +234,10 @@ class Campaign:
                 for o in self.executor.run(jobs, on_retry=self._record_retry,
                                            progress=lambda msg: self.on_event("progress", {"message": msg})):
                     evals[o.iteration] = o
+                    self._eval_seconds = max(self._eval_seconds, float(o.placement.get("seconds") or 0.0))
+            outcomes = self._settle(items, evals)    # the trees are still there for a confirmation
         finally:
             self._cleanup(items)
-        outcomes = self._settle(items, evals)
         if stop is not None:
             raise stop
         return outcomes
@@ -214,6 +249,7 @@ class Campaign:
                              incumbent_metrics=tuple(self.incumbent_rows), baseline_metrics=tuple(self.baseline_rows),
                              history=tuple(self.history) + tuple(pending or ()), profile=self.profile,
                              baseline_serving_config=dict(self.spec.server.engine_args),
+                             effective_serving_config=dict(self.effective_serving),
                              budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
                              allowed_paths=("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**",
                                             "vllm/v1/attention/**", "serving.yaml"))
@@ -305,6 +341,11 @@ class Campaign:
                 if verdicts[i].accept and not verdicts[i].quarantine:
                     accepted[i] = done.result.overall.low
         best = max(accepted, key=lambda it: accepted[it]) if accepted else None
+        confirmation = None
+        if best is not None:
+            item = next(it for it in items if it.iteration == best)
+            assert item.job is not None
+            confirmation = self._confirm(item.job, evals[best])
         outcomes = []
         for item in items:
             i, proposal = item.iteration, item.proposal
@@ -317,12 +358,48 @@ class Campaign:
                 outcomes.append(self._finish(i, outcome, reason, proposal=proposal, placement=o.placement))
             else:
                 assert proposal is not None
-                outcomes.append(self._judge(i, proposal, item.diff, o, verdicts.get(i), best=best))
+                outcomes.append(self._judge(i, proposal, item.diff, o, verdicts.get(i), best=best,
+                                            confirmation=confirmation if i == best else None))
         return outcomes
 
+    def _confirm(self, job: EvalJob, screen: EvalOutcome) -> Confirmation:
+        """The candidate that cleared the bar, measured again in a fresh, independent A/B: new servers,
+        new benchmark seeds, its own (B-first) interleaving. Its figures, not the screen's, are the
+        evidence. It is skipped (the candidate stays uncommitted) when the wall budget cannot hold it and
+        the final comparison after it."""
+        i = job.iteration
+        need = 2 * self._eval_seconds
+        left = self.gate.left("wall_seconds") - (time.monotonic() - self._round_started)
+        if left < need:
+            return Confirmation(None, f"not confirmed: {left:.0f} s of the wall budget left, a confirmation "
+                                      f"and the final comparison need ~{need:.0f} s; left uncommitted")
+        self.on_event("phase", {"phase": "confirm: a fresh, independent A/B of the best candidate"})
+        bench = job.bench.model_copy(update={"seed": job.bench.seed + CONFIRM_SEED_OFFSET})
+        ports: dict[str, int] = {}
+        try:
+            for build in (job.a, job.b):
+                ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,
+                                               exclude=tuple(ports.values()))
+        except ActionDenied as exc:
+            return Confirmation(None, f"not confirmed: its servers were denied ({exc}); left uncommitted")
+        assert screen.result is not None and screen.result.overall is not None
+        self.writer.append("iteration.confirm", iteration=i, payload={
+            "screen_speedup": str(screen.result.overall), "seed": bench.seed, "order": "B first",
+            "screen_cells": {label: str(ci) for label, ci in screen.result.headline().items()}})
+        again = replace(job, purpose="confirm", bench=bench, ports=ports, work_dir=job.work_dir / "confirm")
+        done = self.executor.run([again], on_retry=self._record_retry,
+                                 progress=lambda msg: self.on_event("progress", {"message": msg}))[0]
+        self._eval_seconds = max(self._eval_seconds, float(done.placement.get("seconds") or 0.0))
+        if done.error is not None or done.result is None:
+            error = done.error or RuntimeError("evaluation returned nothing")
+            return Confirmation(None, f"not confirmed: the confirmation failed ({type(error).__name__}: "
+                                      f"{str(error)[:1000]}); left uncommitted")
+        return Confirmation(done, "")
+
     def _judge(self, i: int, proposal: Proposal, diff: str, evaluation: EvalOutcome, verdict: Verdict | None, *,
-               best: int | None) -> IterationOutcome:
-        """`verdict` is None when parity broke (or the benchmark was skipped for it)."""
+               best: int | None, confirmation: Confirmation | None = None) -> IterationOutcome:
+        """`verdict` is None when parity broke (or the benchmark was skipped for it). The best candidate
+        is committed only when its confirmation passes too; then the confirmation is its evidence."""
         result, placement = evaluation.result, evaluation.placement
         assert result is not None and result.parity is not None
         self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
@@ -331,6 +408,21 @@ class Campaign:
                                 placement=placement)
         commit = None
         reason = verdict.reason
+        screen = None
+        if verdict.accept and i == best and confirmation is not None:
+            screen = result
+            if confirmation.outcome is None:
+                return self._finish(i, "rejected", f"{confirmation.reason} (screen: {verdict.reason})",
+                                    proposal=proposal, result=result, placement=placement)
+            result, placement = confirmation.outcome.result, confirmation.outcome.placement
+            assert result is not None and result.parity is not None
+            self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
+            if not result.parity.ok or result.overall is None:
+                return self._finish(i, "parity-broken", f"confirmation: {result.parity.summary()}",
+                                    proposal=proposal, result=result, placement=placement, screen=screen)
+            verdict = decide(result.overall, result.headline(), self.spec.stats)
+            reason = f"confirmed: {verdict.reason}" if verdict.accept else \
+                f"not confirmed: {verdict.reason} (screen: {screen.overall})"
         if verdict.quarantine:
             outcome: Outcome = "quarantined"
         elif verdict.accept and i == best:
@@ -343,7 +435,7 @@ class Campaign:
         else:
             outcome = "rejected"
         return self._finish(i, outcome, reason, proposal=proposal, result=result, commit=commit,
-                            placement=placement)
+                            placement=placement, screen=screen)
 
     def _commit(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> str:
         assert result.overall is not None and result.parity is not None
@@ -357,11 +449,14 @@ class Campaign:
         commit = self.workspace.commit(f"ratchet: {title}\n\n{proposal.hypothesis}\n\n" + "\n".join(trailers))
         self.incumbent_ref = commit
         self.incumbent_rows = result.b.table(self.spec.benchmark.cells())
+        self.resolve_defaults()
         return commit
 
     def _finish(self, i: int, outcome: Outcome, reason: str, *, proposal: Proposal | None,
                 result: ABResult | None = None, commit: str | None = None,
-                placement: dict[str, Any] | None = None) -> IterationOutcome:
+                placement: dict[str, Any] | None = None, screen: ABResult | None = None) -> IterationOutcome:
+        """Record an iteration's outcome. With a confirmation, `result` is the confirmation (the evidence)
+        and `screen` the A/B that selected the candidate (kept beside it, never its evidence)."""
         payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted", "reason": reason[:4000],
                                    "parity_ok": bool(result and result.parity and result.parity.ok),
                                    "commit": commit, "source": proposal.source if proposal else ""}
@@ -380,6 +475,10 @@ class Campaign:
                            cells_rows=result.b.table(self.spec.benchmark.cells()),
                            incumbent_rows=result.a.table(self.spec.benchmark.cells()),   # A, same A/B
                            evidence={"A": result.a.evidence, "B": result.b.evidence})
+        if screen is not None and screen.overall is not None:
+            payload["screen"] = {"speedup_text": str(screen.overall), "speedup": screen.overall.ratio,
+                                 "ci_low": screen.overall.low, "ci_high": screen.overall.high,
+                                 "cells": {label: str(ci) for label, ci in screen.headline().items()}}
         self.writer.append("iteration.result", iteration=i, payload=payload)
         entry = HistoryEntry(iteration=i, hypothesis=proposal.hypothesis if proposal else "", outcome=outcome,
                              speedup=payload.get("speedup_text"),

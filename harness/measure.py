@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -97,13 +97,14 @@ class ABResult:
         return {label: metrics["headline"] for label, metrics in self.cells.items()}
 
 
-def _jobs(cells: list[Cell], servers: list[tuple[str, Server]], tokenizer: Path, repeats: int) -> list[BenchJob]:
+def _jobs(cells: list[Cell], servers: list[tuple[str, Server]], tokenizer: Path, repeats: int,
+          *, flip: bool = False) -> list[BenchJob]:
     """ABBA-style interleaving: the order of builds alternates per (repeat, cell) so neither side
-    always runs first or right after the other's warm caches."""
+    always runs first or right after the other's warm caches. `flip` starts with the second build."""
     jobs = []
     for rep in range(repeats):
         for index, cell in enumerate(cells):
-            order = servers if (rep + index) % 2 == 0 else list(reversed(servers))
+            order = servers if (rep + index + flip) % 2 == 0 else list(reversed(servers))
             for tag, server in order:
                 jobs.append(BenchJob(cell=cell, base_url=server.base_url, model_name=server.model_name,
                                      tokenizer=tokenizer, tag=tag, repeat=rep))
@@ -114,6 +115,27 @@ def _alive_check(servers: dict[str, Server]) -> Callable[[BenchJob], None]:
     def check(job: BenchJob) -> None:
         servers[job.tag].check_alive()
     return check
+
+
+def _measure_only(servers: dict[str, Server]) -> Callable[[BenchJob], None]:
+    """Before each job: every other server frozen, the measured one thawed. An idle vLLM is not idle (its
+    engine polls its queues; on 2 shared cores the run right after the other server's ran at half speed),
+    and a candidate's server could burn the cores while the incumbent is measured."""
+    def switch(job: BenchJob) -> None:
+        for tag, server in servers.items():
+            if tag != job.tag:
+                server.running.freeze()
+        servers[job.tag].running.thaw()
+    return switch
+
+
+@contextlib.contextmanager
+def _all_thawed(servers: dict[str, Server]) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for server in servers.values():
+            server.running.thaw()
 
 
 def parity_server(backend: Backend, build: Build, *, server: ServerConfig, parity: ParityConfig, work_dir: Path,
@@ -183,9 +205,10 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                stats_cfg: StatsConfig, parity: ParityConfig | None, work_dir: Path, cache_dir: Path,
                progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None,
                reference: list[Generation] | None = None, stop_on_parity_failure: bool = False,
-               ports: dict[str, int] | None = None) -> ABResult:
+               ports: dict[str, int] | None = None, b_first: bool = False) -> ABResult:
     """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
-    given (the campaign's baseline), else against A generated now."""
+    given (the campaign's baseline), else against A generated now. `b_first`: the interleaving starts
+    with B (a confirmation's own order)."""
     cells = bench.cells()
     report = None
     if parity is not None and parity.model is not None:
@@ -222,10 +245,13 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         gb = GridResult(build=b, startup_s=servers[b.tag].startup_s, evidence=servers[b.tag].evidence)
         if report is not None and not report.ok and stop_on_parity_failure:
             return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None)
-        jobs = _jobs(cells, [(a.tag, servers[a.tag]), (b.tag, servers[b.tag])], server.model, bench.repeats)
-        progress(f"benchmark: {len(jobs)} runs interleaved")
-        for run in run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
-                            check_alive=_alive_check(servers)):
+        jobs = _jobs(cells, [(a.tag, servers[a.tag]), (b.tag, servers[b.tag])], server.model, bench.repeats,
+                     flip=b_first)
+        progress(f"benchmark: {len(jobs)} runs interleaved, the other server frozen during each")
+        with _all_thawed(servers):
+            runs = run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
+                            check_alive=_alive_check(servers), before_job=_measure_only(servers))
+        for run in runs:
             (ga if run.job.tag == a.tag else gb).runs.append(run)
     cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)
     return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)

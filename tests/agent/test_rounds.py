@@ -42,16 +42,23 @@ class FakeExecutor:
     slots = 2
     gpus_per_eval = 0.0
 
-    def __init__(self, speedups: dict[int, SpeedupCI | None]) -> None:
+    def __init__(self, speedups: dict[int, SpeedupCI | None], confirmed: dict[int, SpeedupCI | None] | None = None
+                 ) -> None:
         self.speedups = speedups
+        self.confirmed = confirmed or {}      # what a confirmation measures (default: the screen's figure)
         self.rounds: list[list[EvalJob]] = []
+        self.confirmations: list[EvalJob] = []
 
     def run(self, jobs: list[EvalJob], *, on_retry: Callable[[EvalJob, BaseException], None],
             progress: Callable[[str], None]) -> list[EvalOutcome]:
-        self.rounds.append(jobs)
+        if all(job.purpose == "confirm" for job in jobs):
+            self.confirmations += jobs
+        else:
+            self.rounds.append(jobs)
         outcomes = []
         for job in reversed(jobs):          # finish out of order, as parallel evaluations do
-            ci = self.speedups[int(job.b.engine_args["max_num_seqs"])]  # type: ignore[call-overload]
+            seqs = int(job.b.engine_args["max_num_seqs"])  # type: ignore[call-overload]
+            ci = self.confirmed.get(seqs, self.speedups[seqs]) if job.purpose == "confirm" else self.speedups[seqs]
             if ci is None:
                 on_retry(job, RuntimeError("worker died"))
                 outcomes.append(EvalOutcome(job.iteration, error=WorkerLost("retries used up")))
@@ -95,6 +102,10 @@ def test_a_round_commits_only_its_best_candidate_and_records_in_order(
     assert stop == "iteration budget of 4 reached"
     # Round 1 proposed two distinct points against the same incumbent; round 2 two more from the winner.
     assert [[j.b.engine_args["max_num_seqs"] for j in r] for r in executor.rounds] == [[4, 8], [16, 32]]
+    # only the round's best was confirmed, on fresh ports, with its own seeds and order
+    (again,) = executor.confirmations
+    assert again.iteration == 2 and again.bench.seed != executor.rounds[0][1].bench.seed
+    assert again.work_dir == executor.rounds[0][1].work_dir / "confirm"
     for jobs in executor.rounds:                                       # a round's servers never share a port
         assert len({port for job in jobs for port in job.ports.values()}) == 2 * len(jobs)
     records = read_records(tmp_path / "log")
@@ -163,3 +174,65 @@ def test_a_candidate_may_not_switch_the_load_format(campaign: Callable[[FakeExec
     assert "load_format is fixed by the spec" in str(results[0]["reason"])
     assert executor.rounds == []                                   # nothing was measured
     assert len(list(camp.workspace.repo.iter_commits())) == 1
+
+
+def _results_of(log: Path) -> dict[int, dict[str, object]]:
+    return {int(r["iteration"]): payload_of(log, r) for r in read_records(log) if r["kind"] == "iteration.result"}
+
+
+def test_a_candidate_whose_confirmation_fails_the_bar_is_not_committed(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    """Winner's curse: the screen's 1.5x was luck; the fresh A/B measures 1.01x [0.97, 1.05]."""
+    executor = FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 4), 8: SpeedupCI(1.0, 0.97, 1.03, 4),
+                             16: SpeedupCI(1.0, 0.97, 1.03, 4), 32: SpeedupCI(1.0, 0.97, 1.03, 4)},
+                            confirmed={4: SpeedupCI(1.01, 0.97, 1.05, 4)})
+    camp = campaign(executor)
+    camp.run()
+    results = _results_of(tmp_path / "log")
+    assert results[1]["outcome"] == "rejected" and str(results[1]["reason"]).startswith("not confirmed")
+    assert results[1]["speedup_text"] == "1.010x [0.970, 1.050]"           # the evidence is the confirmation's
+    assert results[1]["screen"]["speedup_text"] == "1.500x [1.300, 1.700]"   # type: ignore[index]
+    assert len(list(camp.workspace.repo.iter_commits())) == 1                # nothing committed
+    assert camp.workspace.serving_config()["max_num_seqs"] == 1
+    kinds = [r["kind"] for r in read_records(tmp_path / "log")]
+    assert kinds.index("iteration.confirm") < kinds.index("iteration.result")   # recorded before it ran
+
+
+def test_only_the_confirmations_figures_go_into_the_trailers_and_incumbent_rows(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    executor = FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 4), 8: SpeedupCI(1.0, 0.97, 1.03, 4),
+                             16: SpeedupCI(1.0, 0.97, 1.03, 4), 32: SpeedupCI(1.0, 0.97, 1.03, 4)},
+                            confirmed={4: SpeedupCI(1.3, 1.2, 1.4, 4)})
+    camp = campaign(executor)
+    camp.run()
+    results = _results_of(tmp_path / "log")
+    assert results[1]["outcome"] == "accepted" and str(results[1]["reason"]).startswith("confirmed")
+    head = camp.workspace.repo.head.commit.message
+    assert "Ratchet-Speedup: 1.300x [1.200, 1.400]" in head and "1.500x" not in head
+    assert results[1]["ci_low"] == 1.2 and results[1]["screen"]["ci_low"] == 1.3   # type: ignore[index]
+
+
+def test_a_confirmation_that_cannot_run_leaves_the_candidate_uncommitted_and_says_why(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    executor = FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 4), 8: None})
+    camp = campaign(executor)
+    camp.spec = camp.spec.model_copy(update={"budget": camp.spec.budget.model_copy(update={"max_iterations": 2})})
+    executor.confirmed = {4: None}                     # the confirmation's worker dies, retries used up
+    camp.run()
+    results = _results_of(tmp_path / "log")
+    assert results[1]["outcome"] == "rejected"
+    assert "not confirmed: the confirmation failed" in str(results[1]["reason"]) and "left uncommitted" in \
+        str(results[1]["reason"])
+    assert len(list(camp.workspace.repo.iter_commits())) == 1
+
+
+def test_no_confirmation_starts_when_the_wall_budget_cannot_hold_it_and_the_final(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    executor = FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 4), 8: SpeedupCI(1.0, 0.97, 1.03, 4)})
+    camp = campaign(executor)
+    camp.spec = camp.spec.model_copy(update={"budget": camp.spec.budget.model_copy(update={"max_iterations": 2})})
+    camp._eval_seconds = 1e9                           # an evaluation "takes" longer than the budget has
+    camp.round(1, 2)
+    results = _results_of(tmp_path / "log")
+    assert results[1]["outcome"] == "rejected" and "wall budget" in str(results[1]["reason"])
+    assert executor.confirmations == [] and len(list(camp.workspace.repo.iter_commits())) == 1
