@@ -20,18 +20,20 @@ from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
 from agent.journal import read_journal
 from agent.loop import Campaign, Event, gate_server
-from agent.spec import CampaignSpec
+from agent.spec import CampaignSpec, SpecError
 from audit import AuditWriter, write_report
 from harness.errors import HarnessError
 from harness.measure import ABResult, Build, ab_compare, measure_grid
 from harness.parity import load_reference, save_reference
 from harness.profiling import profile_cell, render_profiles
+from harness.stats import check_repeats
 from policies import load_policy
 from sandbox.base import Backend
 from sandbox.reap import reap_under
 from sandbox.workspace import Workspace
 
-__all__ = ["CampaignEnd", "start_campaign", "resume_campaign", "new_campaign_id"]
+__all__ = ["CampaignEnd", "Ending", "judge_ending", "start_campaign", "resume_campaign", "new_campaign_id",
+           "check_runnable"]
 
 REFERENCE_FILE = "parity-reference.json"
 
@@ -47,6 +49,38 @@ class CampaignEnd:
     final: ABResult | None
     accepted: list[str]
     report: Path | None
+    verdict: Ending
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What the campaign may claim. `improved` only when the final best-vs-stock comparison's lower bound
+    clears 1.0 with parity; anything accepted that the final comparison does not bear out is `not-shown`."""
+
+    status: str            # "improved" | "no-change" | "not-shown"
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "not-shown"
+
+
+def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "") -> Ending:
+    if not accepted:
+        return Ending("no-change", "nothing was accepted: the best configuration is stock")
+    if final is None or final.overall is None or final.parity is None:
+        return Ending("not-shown", f"{accepted} change(s) accepted, but the final best-vs-stock comparison "
+                                   f"did not run to the end ({why_missing or 'no result'}): the branch is NOT "
+                                   "shown to be an improvement")
+    if not final.parity.ok:
+        return Ending("not-shown", f"the final comparison broke parity ({final.parity.summary()}): the branch "
+                                   "is NOT an improvement")
+    if final.overall.low < 1.0:
+        return Ending("not-shown", f"the final comparison measured best vs stock at {final.overall}: its lower "
+                                   "bound is below 1.0, so the accepted change(s) are NOT shown to be an "
+                                   "improvement")
+    return Ending("improved", f"best vs stock {final.overall} (lower bound above 1.0), parity "
+                              f"{final.parity.summary()}")
 
 
 def new_campaign_id(name: str) -> str:
@@ -107,8 +141,20 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def check_runnable(spec: CampaignSpec) -> None:
+    """What a new campaign refuses before it creates anything (older logs with these settings still load)."""
+    try:
+        check_repeats(spec.benchmark.repeats)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    if not spec.final_comparison:
+        raise SpecError("final_comparison: false is refused: a campaign that accepts a change always measures "
+                        "best vs stock at the end (its wall budget reserves the time); remove the key")
+
+
 def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, backend: Backend, log_root: Path,
                    workspace_root: Path, on_event: Event = lambda k, d: None) -> CampaignEnd:
+    check_runnable(spec)
     preflight(spec.executor)
     campaign_id = new_campaign_id(spec.name)
     log_dir = (log_root / campaign_id).resolve()
@@ -139,6 +185,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
                         on_event=on_event, executor=executor)
+        camp.resolve_defaults()
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
 
@@ -193,6 +240,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
             camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)
         if journal.open_iterations:
             writer.checkpoint()
+        camp.resolve_defaults()
         return _run_to_end(camp, base_commit=journal.base_commit, branch=journal.branch)
 
 
@@ -218,10 +266,12 @@ def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd
     except BudgetExhausted as exc:
         stop = f"budget exhausted: {exc}"
     accepted = [h for h in camp.history if h.outcome == "accepted"]
-    final = None
-    if accepted and camp.spec.final_comparison and camp.gate.left("wall_seconds") > 0:
-        final = _final_comparison(camp, base_commit)
+    final, why = None, ""
+    if accepted:   # always, whatever the budget says: the loop reserved its time; an overrun beats no verdict
+        final, why = _final_comparison(camp, base_commit)
+    ending = judge_ending(len(accepted), final, why)
     camp.writer.append("campaign.end", payload={
+        "verdict": {"status": ending.status, "text": ending.text},
         "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
         "accepted": [h.iteration for h in accepted], "spent": dict(camp.gate.spent),
         "final": ({"overall": vars(final.overall) if final.overall else None,
@@ -236,10 +286,10 @@ def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd
     shutil.rmtree(camp.log_dir / "cache", ignore_errors=True)
     return CampaignEnd(campaign_id=camp.campaign_id, log_dir=camp.log_dir, workspace=camp.workspace.root,
                        branch=branch, stop_reason=stop, baseline_rows=camp.baseline_rows, final=final,
-                       accepted=[h.source or h.hypothesis for h in accepted], report=report)
+                       accepted=[h.source or h.hypothesis for h in accepted], report=report, verdict=ending)
 
 
-def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
+def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None, str]:
     """Best vs stock: the incumbent measured once more against the baseline, interleaved."""
     camp.on_event("phase", {"phase": "final: best vs baseline"})
     ws, work = camp.workspace, camp.log_dir / "runs" / "final"
@@ -258,10 +308,10 @@ def _final_comparison(camp: Campaign, base_commit: str) -> ABResult | None:
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,
                             ports={"A": port_a, "B": port_b},
                             progress=lambda m: camp.on_event("progress", {"message": m}))
-    except Exception as exc:  # recorded; the campaign's accepted commits stand on their own A/Bs
+    except Exception as exc:  # recorded, and the ending then says the branch is not shown to be better
         camp.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
-        return None
+        return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     finally:
         ws.remove_copy(tree_a)
         ws.remove_copy(tree_b)
-    return result
+    return result, ""

@@ -82,7 +82,7 @@ class CampaignView:
 
 
 def final_table(baseline_rows: list[dict[str, Any]], cells: dict[str, dict[str, Any]] | None,
-                parity_ok: bool | None) -> Table:
+                parity_ok: bool | None, *, empty: str = "no accepted change") -> Table:
     table = Table(title="best vs baseline (stock engine args), per cell", title_justify="left")
     for col in ("cell", "metric", "baseline", "speedup [95% CI]", "parity"):
         table.add_column(col, justify="left" if col in ("cell", "metric") else "right")
@@ -92,6 +92,6 @@ def final_table(baseline_rows: list[dict[str, Any]], cells: dict[str, dict[str, 
         metric = "prefill_tok_s" if prefill else "total_token_throughput"
         ci = (cells or {}).get(label, {}).get("headline")
         table.add_row(label, "prefill tok/s" if prefill else "total tok/s", f"{row.get(metric, 0):,.0f}",
-                      ci if isinstance(ci, str) else (str(ci) if ci else "no accepted change"),
+                      ci if isinstance(ci, str) else (str(ci) if ci else empty),
                       "-" if parity_ok is None else ("identical" if parity_ok else "BROKEN"))
     return table

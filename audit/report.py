@@ -30,12 +30,15 @@ class Summary:
     kinds: tuple[tuple[str, int], ...]
     policy_hashes: tuple[str, ...]
     malformed_results: int
+    ending: str = ""    # the campaign's own verdict on itself (campaign.end), first thing a reader sees
+    isolation: str = ""
 
 
 def summarize(directory: Path) -> Summary:
     records = read_records(directory)
     iterations: list[tuple[int, IterationResult]] = []
     malformed = 0
+    ending = isolation = ""
     decisions: Counter[tuple[str, str]] = Counter()
     for record in records:
         if record.get("kind") == KIND_ITERATION_RESULT:
@@ -46,6 +49,12 @@ def summarize(directory: Path) -> Summary:
                 malformed += 1
         if record.get("decision"):
             decisions[(str(record.get("rule") or "-"), str(record["decision"]))] += 1
+        if record.get("kind") in ("campaign.end", "campaign.start"):
+            body = payload_of(directory, record)
+            if isinstance(body.get("verdict"), dict):
+                ending = f"{body['verdict'].get('status')}: {body['verdict'].get('text')}"
+            if body.get("isolation"):
+                isolation = str(body["isolation"])
     return Summary(
         campaign=str(records[0].get("campaign")) if records else "?",
         records=len(records),
@@ -54,6 +63,8 @@ def summarize(directory: Path) -> Summary:
         kinds=tuple(Counter(str(r.get("kind")) for r in records).most_common()),
         policy_hashes=tuple(sorted({str(r["policy_sha256"]) for r in records if r.get("policy_sha256")})),
         malformed_results=malformed,
+        ending=ending,
+        isolation=isolation,
     )
 
 
@@ -144,6 +155,10 @@ def _html(summary: Summary, status: str, ok: bool) -> str:
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ratchet report {escape(summary.campaign)}"
         f"</title><style>{style}</style></head><body><h1>Campaign {escape(summary.campaign)}</h1>"
         f"<p class='{'ok' if ok else 'bad'}'>{escape(status)}</p>"
+        + (f"<p class='{'bad' if summary.ending.startswith('not-shown') else 'ok'}'>Verdict: "
+           f"{escape(summary.ending)}</p>" if summary.ending else "<p>Verdict: the campaign has not ended</p>")
+        + (f"<p>Isolation: {escape(summary.isolation)}</p>" if summary.isolation else "")
+        +
         f"<p>{summary.records} records ({kinds}).</p><p>Policy sha256:<br><code>{hashes}</code></p>"
         + "".join(_charts(summary))
         + f"<h2>Iterations</h2><table><tr>{head}</tr>{rows}</table></body></html>\n"
@@ -155,7 +170,9 @@ def _markdown(summary: Summary, status: str) -> str:
     lines = [
         f"# Campaign {summary.campaign}",
         "",
+        f"- Verdict: {summary.ending or 'the campaign has not ended'}",
         f"- Log: {status}",
+        *([f"- Isolation: {summary.isolation}"] if summary.isolation else []),
         f"- Records: {summary.records}; iterations: {len(summary.iterations)}; accepted: {len(accepted)}"
         f" ({', '.join(map(str, accepted)) or 'none'}); malformed results: {summary.malformed_results}",
         f"- Policy sha256: {', '.join(summary.policy_hashes) or 'none recorded'}",

@@ -36,4 +36,4 @@ def run(args: argparse.Namespace) -> int:
         err_console.print(f"[red]cannot resume:[/red] {exc}")
         return 2
     print_end(end)
-    return 0
+    return 0 if end.verdict.ok else 5

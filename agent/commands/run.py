@@ -1,7 +1,9 @@
 """`ratchet run SPEC [--proposer search|llm] [--max-iterations N] [--search-strategy random|grid]`: a campaign.
 
-Exit codes: 0 the campaign ran to a budget or the proposer's end (accepted or not); 2 bad input;
-3 the baseline could not be measured (server, benchmark, sandbox); 4 the audit log could not be written.
+Exit codes: 0 the campaign ran to a budget or the proposer's end, and whatever it accepted its final
+best-vs-stock comparison bears out (lower bound above 1.0, parity); 2 bad input; 3 the baseline could not
+be measured (server, benchmark, sandbox); 4 the audit log could not be written; 5 changes were accepted but
+the final comparison does not show the branch to be better than stock (or could not run).
 """
 
 from __future__ import annotations
@@ -56,9 +58,14 @@ def make_proposer(spec: CampaignSpec, kind: str, *, base_url: str | None = None,
 def print_end(end: CampaignEnd) -> None:
     final = end.final
     cells = {label: {"headline": str(per["headline"])} for label, per in final.cells.items()} if final else None
-    console.print(final_table(end.baseline_rows, cells, final.parity.ok if final and final.parity else None))
+    empty = "no accepted change" if not end.accepted else "final comparison did not run"
+    console.print(final_table(end.baseline_rows, cells, final.parity.ok if final and final.parity else None,
+                              empty=empty))
     if final and final.overall:
         console.print(f"overall (geo-mean over cells): {final.overall}")
+    style = "green" if end.verdict.status == "improved" else ("red bold" if not end.verdict.ok else "")
+    console.print(f"[{style}]verdict:  {end.verdict.status}: {end.verdict.text}[/{style}]" if style else
+                  f"verdict:  {end.verdict.status}: {end.verdict.text}")
     console.print(f"stopped: {end.stop_reason}")
     console.print(f"accepted: {len(end.accepted)}  {'; '.join(end.accepted)[:300]}")
     console.print(f"branch:   {end.branch}  in {end.workspace}")
@@ -114,4 +121,4 @@ def run(args: argparse.Namespace) -> int:
         err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
         return 4
     print_end(end)
-    return 0
+    return 0 if end.verdict.ok else 5

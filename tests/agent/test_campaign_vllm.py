@@ -40,9 +40,8 @@ server:
   env: {{VLLM_CPU_KVCACHE_SPACE: "1"}}
   startup_timeout_s: 400
 benchmark: {{input_lens: [64], output_lens: [16], prefill: false, num_prompts: 16, max_concurrency: 8,
-             num_warmups: 1, repeats: 3}}
+             num_warmups: 1, repeats: 4}}
 parity: {{prompts: {_held_subset(tmp_path)}, max_tokens: 32}}
-final_comparison: false
 {proposer}
 budget: {budget}
 """)
