@@ -4,7 +4,8 @@ An accepted patch is a claim: "on this build and hardware, this commit keeps tok
 faster (CI [a, b])". Replay verifies the log, rebuilds the accepted series at the recorded base (tree
 hashes must match), re-runs parity on the held prompts against the recorded reference, and re-measures
 each accepted patch against its predecessor on a reduced grid, interleaved: the speedup holds when the
-replayed interval overlaps the recorded one (the grid's geo-mean; with `--cells`, each chosen cell's own).
+replayed interval overlaps the recorded one (the grid's geo-mean; with `--cells`, each chosen cell's own)
+and the replayed lower bound clears 1.0 (a gain the replay cannot show is gone, whatever was recorded).
 Each step is a check with a distinct exit code, written as JUnit XML and a markdown summary. Decisions are
 re-decided under the policies ratchet shipped (policies/known.py), so a log outlives a policy change.
 """
@@ -29,7 +30,7 @@ from audit.reader import payload_of, read_records
 from harness.config import BenchmarkConfig
 from harness.measure import Build, ab_compare
 from harness.parity import load_reference
-from harness.stats import SpeedupCI
+from harness.stats import SpeedupCI, check_repeats
 from policies import load_policy, redecider
 from policies.known import known_policies
 from sandbox.base import Backend
@@ -114,11 +115,15 @@ def speedup_holds(claim: Claim, overall: SpeedupCI, cells: dict[str, SpeedupCI],
     def fmt(ci: dict[str, float]) -> str:
         return f"{ci['ratio']:.3f}x [{ci['low']:.3f}, {ci['high']:.3f}]"
 
+    # A gain that is gone is gone whatever the recorded interval says: the replay must show one of its own.
+    gain = overall.low >= 1.0
+    gained = "" if gain else f"; the replayed lower bound {overall.low:.3f} is below 1.0: no gain shown"
     if not claim.cells or set(cells) == set(claim.cells):
         ok = _overlaps(overall.low, overall.high, claim.low, claim.high, tolerance)
         recorded = fmt({"ratio": claim.ratio, "low": claim.low, "high": claim.high})
-        return ok, f"replayed {overall} on cells {sorted(cells)}, recorded {recorded} (tolerance {tolerance:.0%})"
-    verdicts, ok = [], True
+        return ok and gain, (f"replayed {overall} on cells {sorted(cells)}, recorded {recorded} "
+                             f"(tolerance {tolerance:.0%}){'' if ok else ': disagrees'}{gained}")
+    verdicts, ok = [], gain
     # Judged by its cells, a claim must first be its cells' claim: the recorded geo-mean is their geo-mean
     # (a log whose headline was inflated alone fails here).
     geo = math.exp(statistics.fmean(math.log(c["ratio"]) for c in claim.cells.values()))
@@ -135,13 +140,15 @@ def speedup_holds(claim: Claim, overall: SpeedupCI, cells: dict[str, SpeedupCI],
         agrees = _overlaps(ci.low, ci.high, rec["low"], rec["high"], tolerance)
         ok = ok and agrees
         verdicts.append(f"{label}: replayed {ci}, recorded {fmt(rec)}{'' if agrees else ' (disagrees)'}")
-    return ok, "; ".join(verdicts) + f" (per cell, tolerance {tolerance:.0%})"
+    return ok, "; ".join(verdicts) + f" (per cell, tolerance {tolerance:.0%}); the chosen cells together " \
+        f"{overall}{gained}"
 
 
 def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], work_dir: Path,
-           pubkey: Path | None = None, cells: list[str] | None = None, repeats: int = 3,
+           pubkey: Path | None = None, cells: list[str] | None = None, repeats: int = 4,
            tolerance: float = 0.05, allow_env_drift: bool = False,
            progress: Callable[[str], None] = lambda _: None) -> ReplayResult:
+    check_repeats(repeats)   # ValueError: the CLI answers it as bad input
     log_dir = log_dir.resolve()
     result = ReplayResult(campaign=log_dir.name)
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
 from agent.commands._render import ab_table, progress_bar
 from agent.replay import reduced_grid
+from agent.spec import SpecError
 from harness.measure import Build, ab_compare
+from harness.stats import check_repeats
 from sandbox.errors import WorkspaceError
 from sandbox.workspace import Workspace
 
@@ -62,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
     bench = spec.benchmark.model_copy(update={"repeats": args.repeats}) if args.repeats else spec.benchmark
     if args.cells:
         bench = reduced_grid(bench, [c.strip() for c in args.cells.split(",")], bench.repeats)
+    try:
+        check_repeats(bench.repeats)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     ws = ensure_workspace(spec, workspace=args.workspace)
     work = ws.root.parent / f"{ws.root.name}.runs" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     a = _build(ws, args.baseline, "A", work)

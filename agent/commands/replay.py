@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent.commands._common import cli_errors, console, err_console, make_backend
 from agent.replay import Exit, replay, to_json, write_junit, write_summary
+from harness.stats import check_repeats
 
 __all__ = ["register"]
 
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("dir", help="the campaign's log folder (audit_logs/<campaign-id>)")
     p.add_argument("--pubkey", help="trusted public key of the campaign's signer (default: the log's own)")
     p.add_argument("--cells", help="comma-separated cell labels to re-measure, e.g. in512/out64,in512/out1")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved pairs per cell (default 3)")
+    p.add_argument("--repeats", type=int, default=4, help="interleaved pairs per cell (even, at least 4; default 4)")
     p.add_argument("--tolerance", type=float, default=0.05, help="relative widening of the recorded CI")
     p.add_argument("--allow-env-drift", action="store_true", help="replay on other vLLM/torch/hardware anyway")
     p.add_argument("--work-dir", help="where the clean workspace goes (default: a temporary folder)")
@@ -37,6 +38,11 @@ def run(args: argparse.Namespace) -> int:
     log_dir = Path(args.dir)
     if not (log_dir / "log.jsonl").is_file():
         err_console.print(f"[red]error:[/red] {log_dir} holds no log.jsonl; pass audit_logs/<campaign-id>")
+        return int(Exit.USAGE)
+    try:
+        check_repeats(args.repeats)
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] --repeats: {exc}")
         return int(Exit.USAGE)
     cells = [c.strip() for c in args.cells.split(",")] if args.cells else None
     with tempfile.TemporaryDirectory(prefix="ratchet-replay-") as tmp:

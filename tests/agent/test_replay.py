@@ -4,6 +4,8 @@ environment, a patch that no longer applies, a base that is not the recorded one
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 from pathlib import Path
 
 from agent.environment import describe_environment
@@ -90,9 +92,6 @@ def test_reports_are_junit_and_markdown(tmp_path: Path) -> None:
 
 
 def test_a_missing_log_folder_exits_2(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-m", "agent.cli", "replay", str(tmp_path / "nope")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "holds no log.jsonl" in proc.stderr
@@ -125,3 +124,39 @@ def test_a_replay_of_the_whole_grid_is_judged_on_the_geo_mean() -> None:
     assert ok and "recorded 2.533x [1.849, 4.819]" in detail
     ok, _ = speedup_holds(_claim(), SpeedupCI(1.0, 0.98, 1.02, 3), cells, 0.05)
     assert not ok
+
+
+def _small_claim(ratio: float, low: float, high: float) -> Claim:
+    return Claim(iteration=1, diff="", tree="t", ratio=ratio, low=low, high=high, hypothesis="",
+                 cells={"in128/out32": {"ratio": ratio, "low": low, "high": high, "n": 4}})
+
+
+def test_a_replay_whose_gain_vanished_fails_though_the_intervals_touch() -> None:
+    """Recorded 1.05x [1.021, 1.080], replayed 0.985x [0.975, 0.995]: the 5 % tolerance makes the intervals
+    overlap, which used to pass; the replayed lower bound is below 1.0, so the gain is gone."""
+    claim = _small_claim(1.050, 1.021, 1.080)
+    gone = SpeedupCI(0.985, 0.975, 0.995, 4)
+    ok, detail = speedup_holds(claim, gone, {"in128/out32": gone}, 0.05)
+    assert not ok and "below 1.0: no gain shown" in detail
+    dropped = SpeedupCI(0.98, 0.95, 1.01, 4)                    # recorded 1.05x, replayed 0.98x
+    assert not speedup_holds(claim, dropped, {"in128/out32": dropped}, 0.05)[0]
+
+
+def test_a_replay_whose_gain_shrank_outside_the_claim_fails() -> None:
+    claim = _small_claim(1.30, 1.25, 1.35)
+    shrunk = SpeedupCI(1.08, 1.04, 1.12, 4)                     # still a gain, but not the one claimed
+    ok, detail = speedup_holds(claim, shrunk, {"in128/out32": shrunk}, 0.05)
+    assert not ok and "disagrees" in detail and "no gain shown" not in detail
+
+
+def test_a_replay_that_shows_the_claimed_gain_holds() -> None:
+    claim = _small_claim(1.050, 1.021, 1.080)
+    again = SpeedupCI(1.04, 1.01, 1.07, 4)
+    assert speedup_holds(claim, again, {"in128/out32": again}, 0.05)[0]
+
+
+def test_replay_refuses_too_few_repeats_before_it_starts() -> None:
+    (log,) = (ROOT / "experiments" / "results" / "replay-demo").iterdir()
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", "replay", str(log), "--repeats", "3"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "set repeats: 4" in " ".join(proc.stderr.split()), proc.stderr[-2000:]
