@@ -36,6 +36,7 @@ from sandbox.errors import BackendUnavailable, LaunchFailed
 __all__ = ["LocalBackend", "LocalRunning"]
 
 _STOP_GRACE_S = 15.0
+_HALTED = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
 
 
 @dataclass
@@ -70,6 +71,12 @@ class LocalRunning:
         for proc in self._frozen:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGSTOP)
+        # Signals are delivered asynchronously: return only once every process is stopped (or gone).
+        deadline = time.monotonic() + 2.0
+        for proc in self._frozen:
+            with contextlib.suppress(psutil.Error):
+                while proc.status() not in _HALTED and time.monotonic() < deadline:
+                    time.sleep(0.005)
 
     def thaw(self) -> None:
         # The processes frozen, and whatever is in the group now: nothing stays stopped by accident.

@@ -48,14 +48,14 @@ def test_compare_measures_dummy_weights_and_checks_parity_on_the_real_checkpoint
                     .replace("max_model_len: 2048}", "max_model_len: 2048, load_format: dummy}")
                     .replace("  max_tokens: 8\n",
                              f"  max_tokens: 8\n  model: {TINY}\n  engine_args: {{load_format: auto}}\n"))
-    proc = ratchet("compare", str(spec), "--baseline", "HEAD", "--candidate", "HEAD",
+    proc = ratchet("compare", str(spec), "--baseline", "HEAD", "--candidate", "HEAD", "--repeats", "4",
                    "--engine-args", '{"max_num_seqs": 4}', "--out", str(tmp_path / "c.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((tmp_path / "c.json").read_text())
     assert out["parity"]["ok"] is True
     for label in ("in64/out8", "in64/out1"):
         ci = out["cells"][label]["headline"]
-        assert ci["n"] == 2 and ci["low"] <= ci["ratio"] <= ci["high"]
+        assert ci["n"] == 4 and ci["low"] <= ci["ratio"] <= ci["high"] and ci["df"] == 3
     assert out["b"]["engine_args"] == {**out["a"]["engine_args"], "max_num_seqs": 4}
     assert "overall (geo-mean)" in proc.stdout
     run = next((tmp_path / "ws.runs").glob("compare-*"))
