@@ -47,7 +47,7 @@ except ModuleNotFoundError:
 if _launcher:
     from vllm.entrypoints.launchers.api_server.entry import main
     main()
-else:  # vLLM <= 0.26 (the lent H200) has no launchers package: run the OpenAI server module as __main__
+else:  # vLLM <= 0.26 (as on the offline H200 host) has no launchers package: run the OpenAI server module as __main__
     import runpy
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the vLLM 0.26 bundle for the lent H200 (torch 2.11+cu130, Python 3.12, no index) with ratchet's
+# Build the vLLM 0.26 bundle for the offline H200 host (torch 2.11+cu130, Python 3.12, no index) with ratchet's
 # own bundle tool. Wheels are cached in .whl/cache (git-ignored); the bundle lands in .bundle/h200-vllm026.
 # Excluded: the CuteDSL/FA4, tilelang, tokenspeed, video and nvcc packages that the measured lean set
 # (../shared/gpu/h200-vllm-0.26-lean-wheels.txt) leaves out, and numpy (the host's 2.5 works).

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The serving campaign on the lent H200 (issue 8), across several device calls of one lease:
+# The serving campaign on an offline H200 host (issue 8), driven by several commands within one fixed window
+# of GPU time:
 #   scripts/gpu-campaign.sh start     after scripts/gpu-stage.sh has gathered every bundle part: install the
 #                                     bundle (scripts/gpu-setup.sh), then start `ratchet run` in its own session,
-#                                     from a private copy of the repo, so it outlives this call
+#                                     from a private copy of the repo, so it outlives the shell that started it
 #   scripts/gpu-campaign.sh wait N    wait up to N s for it to end; print its progress
 #   scripts/gpu-campaign.sh collect   stop it if still running (SIGTERM: it stops its servers, checkpoints its log), verify the audit log,
 #                                     leave the log (tgz), the report and the console output in $OUT
-# LEASE_LEFT (s, for `start`): what the lease has left; the loop's wall budget is derived from it.
+# WINDOW_LEFT_S (s, for `start`): what the window of GPU time has left; the loop's wall budget is derived from it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATE=/var/tmp/ratchet-campaign
@@ -25,15 +26,15 @@ running() { [ -f "$STATE/pid" ] && kill -0 "$(cat "$STATE/pid")" 2>/dev/null; }
 case "${1:-}" in
 start)
   rm -rf "$SRC" && mkdir -p "$SRC"
-  # the next call re-copies this tree; the campaign reads its own copy (bundle parts left out)
+  # the checkout may be refreshed before the next command; the campaign reads its own copy (bundle parts left out)
   tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
   cd "$SRC"
   SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
   # vLLM 0.26 wants k_norm weights on KV-shared layers (unused there); see the script's docstring
   python3 experiments/models/gemma4-tiny/add_shared_kv_norms.py experiments/models/gemma4-tiny || exit 1
   # Baseline (two server starts) comes before the loop and is not on the loop's wall budget.
-  WALL=$(( ${LEASE_LEFT:-1500} - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
-  [ "$WALL" -ge 300 ] || { echo "lease too short: loop budget would be $WALL s"; exit 1; }
+  WALL=$(( ${WINDOW_LEFT_S:-1500} - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
+  [ "$WALL" -ge 300 ] || { echo "window too short: loop budget would be $WALL s"; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
   echo "loop wall budget: $WALL s" | tee -a "$STATE/gpu.txt"
   date +%s > "$STATE/started"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the lent H200 (run from the repo root, one call): make ratchet importable from carried wheels (.kwhl/:
-# pydantic, structlog, rfc8785, cryptography, unidiff, gitpython... and git.deb, since the image has no git), then
-# run the kernel campaign, verify its log, and leave the summary, the logs and the audit log (tgz) in $OUT.
+# On the H200 host (run from the repo root, as one command): make ratchet importable from the wheels in .kwhl/
+# (copied onto the host beside the repo: pydantic, structlog, rfc8785, cryptography, unidiff, gitpython... and
+# git.deb, since the image has no git), then run the kernel campaign, verify its log, and leave the summary, the
+# logs and the audit log (tgz) in $OUT.
 # SPEC, ITERS and WALL override the spec, its iteration budget and its wall-time budget.
 set -uo pipefail
 cd "$(dirname "$0")/.."

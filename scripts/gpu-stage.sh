@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the lent H200: keep the bundle part folders carried with this call in /var/tmp/ratchet-bundle, so
-# that the parts of several calls (<= 64 MiB each) add up there. `--probe` also prints the machine.
+# On the H200 host: copy the bundle part folders this checkout holds into /var/tmp/ratchet-bundle, so that
+# parts brought over in several transfers (<= 64 MiB each) add up there. `--probe` also describes the host.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.bundle/h200-vllm026
