@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 __all__ = ["Proposal", "GiveUp", "HistoryEntry", "CampaignState", "Tools", "Proposer", "Outcome"]
 
 Outcome = Literal["accepted", "rejected", "parity-broken", "denied", "invalid", "failed", "quarantined",
-                  "pending"]   # pending: proposed in the current round, not judged yet (never recorded)
+                  "tampered", "pending"]   # pending: proposed in the current round, not judged yet (never recorded)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from agent.loop import Campaign, Event, gate_server
 from agent.spec import CampaignSpec, SpecError
 from audit import AuditWriter, write_report
 from harness.errors import HarnessError
+from harness.integrity import digest_roots, measurement_roots
 from harness.measure import ABResult, Build, ab_compare, measure_grid
 from harness.parity import load_reference, save_reference
 from harness.profiling import profile_cell, render_profiles
@@ -160,6 +161,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     log_dir = (log_root / campaign_id).resolve()
     ws_dir = (workspace_root / campaign_id).resolve()
     policy = load_policy(spec.policy)
+    measurement = digest_roots(measurement_roots())   # before anything of the target runs
     with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
         source = spec.target_source()
         ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
@@ -171,7 +173,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
             "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
-            "environment": describe_environment(), "isolation": spec.sandbox.backend})
+            "environment": describe_environment(), "isolation": spec.sandbox.backend,
+            "measurement_sha256": measurement.sha256})
         executor = _executor(spec, writer)   # before the baseline: a cluster that is not there fails fast
         try:
             reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
@@ -184,7 +187,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
-                        on_event=on_event, executor=executor)
+                        on_event=on_event, executor=executor, measurement=measurement)
         camp.resolve_defaults()
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
@@ -205,6 +208,11 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     preflight(spec.executor)
     policy = load_policy(spec.policy)
     leftovers = reap_leftovers(log_dir)
+    measurement = digest_roots(measurement_roots())
+    if journal.measurement_sha256 and journal.measurement_sha256 != measurement.sha256:
+        raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
+                            "campaign began: its figures would not be comparable; reinstall the environment the "
+                            "campaign started in, or start a new campaign")
     with AuditWriter.open(log_dir, campaign=journal.campaign) as writer:
         ws = Workspace.open(journal.workspace, spec.target.package)
         ws.repo.git.worktree("prune")
@@ -235,7 +243,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
                         profile=journal.profile,
                         next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event,
-                        executor=executor)
+                        executor=executor, measurement=measurement)
         for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
             camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)
         if journal.open_iterations:
@@ -306,7 +314,7 @@ def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None
         result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=camp.spec.benchmark,
                             stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,
-                            ports={"A": port_a, "B": port_b},
+                            ports={"A": port_a, "B": port_b}, measurement=camp.measurement,
                             progress=lambda m: camp.on_event("progress", {"message": m}))
     except Exception as exc:  # recorded, and the ending then says the branch is not shown to be better
         camp.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from agent.errors import CampaignError
 from agent.spec import ExecutorConfig, SandboxConfig
 from harness.config import BenchmarkConfig, ParityConfig, ServerConfig, StatsConfig
+from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build, ab_compare
 from harness.parity import Generation
 from sandbox.factory import backend_from_config
@@ -61,6 +62,8 @@ class EvalJob:
     # "screen": the A/B that finds a candidate; "confirm": the fresh, independent A/B a candidate that
     # cleared the bar must pass again before it is committed (new servers, seeds, B-first interleaving)
     purpose: str = "screen"
+    measurement: MeasurementDigest | None = None   # the measurement path as the campaign found it
+    measurement_host: str = ""                     # where that digest was taken (another node takes its own)
 
     @property
     def attempt_dir(self) -> Path:
@@ -100,7 +103,8 @@ def evaluate(job: EvalJob, *, executor: str = "local", progress: Progress = lamb
     result = ab_compare(backend_from_config(job.sandbox), job.a, job.b, server=job.server, bench=job.bench,
                         stats_cfg=job.stats, parity=job.parity, work_dir=job.attempt_dir,
                         cache_dir=job.cache_dir, reference=job.reference, stop_on_parity_failure=True,
-                        ports=job.ports, progress=progress, b_first=job.purpose == "confirm")
+                        ports=job.ports, progress=progress, b_first=job.purpose == "confirm",
+                        measurement=job.measurement if job.measurement_host == socket.gethostname() else None)
     placement["seconds"] = round(time.monotonic() - t0, 1)
     return result, placement
 

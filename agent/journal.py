@@ -32,6 +32,7 @@ class Journal:
     open_iterations: list[int] = field(default_factory=list)   # a hypothesis but no result (crashed mid-round)
     ended: bool = False
     profile: str | None = None
+    measurement_sha256: str | None = None     # the measurement path's digest when the campaign began
 
     @property
     def open_iteration(self) -> int | None:
@@ -48,7 +49,8 @@ def read_journal(directory: Path) -> Journal:
     p = payload_of(directory, start)
     journal = Journal(campaign=str(start["campaign"]), spec_path=Path(p["spec_path"]), spec=p["spec"],
                       workspace=Path(p["workspace"]), branch=str(p["branch"]), proposer=str(p["proposer"]),
-                      base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]))
+                      base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]),
+                      measurement_sha256=p.get("measurement_sha256"))
     hypotheses: dict[int, dict[str, Any]] = {}
     for record in records:
         kind, it = record.get("kind"), record.get("iteration")

@@ -8,6 +8,7 @@ every step is written to the audit log before it happens, and the log alone is e
 from __future__ import annotations
 
 import random
+import socket
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -23,7 +24,8 @@ from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.engine_args import engine_argv
 from harness.engine_defaults import effective_engine_args
-from harness.errors import HarnessError
+from harness.errors import HarnessError, MeasurementTampered
+from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build
 from harness.parity import Generation
 from harness.server import port_is_free, port_is_leased
@@ -123,6 +125,7 @@ class Campaign:
     _eval_seconds: float = 0.0                              # the same in wall seconds, for the wall budget
     _round_started: float = 0.0
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
+    measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
 
     def resolve_defaults(self) -> None:
         """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
@@ -299,7 +302,8 @@ class Campaign:
             raise
         job = EvalJob(iteration=i, a=a, b=b, ports=ports, server=self.spec.server, bench=self.spec.benchmark,
                       stats=self.spec.stats, parity=self.spec.parity, sandbox=self.spec.sandbox, work_dir=work,
-                      cache_dir=self.log_dir / "cache", reference=self.reference)
+                      cache_dir=self.log_dir / "cache", reference=self.reference, measurement=self.measurement,
+                      measurement_host=socket.gethostname())
         return job, canonical
 
     def _cleanup(self, items: list[_Pending]) -> None:
@@ -324,6 +328,8 @@ class Campaign:
             return "denied", str(exc)
         if isinstance(exc, PatchRejected):
             return "invalid", f"patch rejected: {exc}"
+        if isinstance(exc, MeasurementTampered):
+            return "tampered", f"{type(exc).__name__}: {exc}"
         if isinstance(exc, (HarnessError, SandboxError, WorkerLost)):
             return "failed", f"{type(exc).__name__}: {exc}"
         # the loop boundary: record and move on, never crash the campaign

@@ -9,7 +9,8 @@
      ├── MalformedBenchResult the client's --save-result JSON is missing fields or is not JSON
      ├── ParityError          parity prompts or references are unusable
      ├── EngineArgRejected    a serving-config key or value is not on the allowlist
-     └── EngineDefaultsUnknown vLLM could not say which engine args it resolves (callers go on without)
+     ├── EngineDefaultsUnknown vLLM could not say which engine args it resolves (callers go on without)
+     └── MeasurementTampered  the pristine client, the harness or the interpreter changed during an A/B
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "ParityError",
     "EngineArgRejected",
     "EngineDefaultsUnknown",
+    "MeasurementTampered",
 ]
 
 
@@ -66,3 +68,7 @@ class EngineArgRejected(HarnessError):
 
 class EngineDefaultsUnknown(HarnessError):
     pass
+
+
+class MeasurementTampered(HarnessError):
+    """A file of the measurement path changed between the start of a comparison and its end."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.bench import BenchJob, CellRun, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
+from harness.integrity import MeasurementDigest, check_unchanged, digest_roots, measurement_roots
 from harness.parity import Generation, ParityReport, compare, generate, load_prompts
 from harness.server import Server, serve
 from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
@@ -205,11 +206,16 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                stats_cfg: StatsConfig, parity: ParityConfig | None, work_dir: Path, cache_dir: Path,
                progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None,
                reference: list[Generation] | None = None, stop_on_parity_failure: bool = False,
-               ports: dict[str, int] | None = None, b_first: bool = False) -> ABResult:
+               ports: dict[str, int] | None = None, b_first: bool = False,
+               measurement: MeasurementDigest | None = None) -> ABResult:
     """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
     given (the campaign's baseline), else against A generated now. `b_first`: the interleaving starts
-    with B (a confirmation's own order)."""
+    with B (a confirmation's own order). The measurement path must be `measurement` (the campaign's, or
+    this call's own at its start) before the first server starts and after the last run."""
     cells = bench.cells()
+    roots = measurement_roots()
+    expected = measurement or digest_roots(roots)
+    check_unchanged(expected, roots, when="before this comparison started (since the campaign began)")
     report = None
     if parity is not None and parity.model is not None:
         # A separate (cheap) server per build on the real checkpoint, before the speed servers: fail fast.
@@ -218,7 +224,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                     parity=parity, work_dir=work_dir, cache_dir=cache_dir_for(build, cache_dir / "parity"),
                     progress=progress)
                 for build in ((b,) if reference else (a, b))}
-        report = compare(reference or gens[a.tag], gens[b.tag])
+        report = compare(reference or gens[a.tag], gens[b.tag], logprob_tolerance=parity.logprob_tolerance)
         progress(report.summary())
         if not report.ok and stop_on_parity_failure:
             return ABResult(a=GridResult(build=a, startup_s=0.0, evidence={}),
@@ -239,7 +245,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
             prompts = load_prompts(parity.prompts)
             ref = reference or generate(servers[a.tag].base_url, server.served_model_name, prompts, parity)
             cand = generate(servers[b.tag].base_url, server.served_model_name, prompts, parity)
-            report = compare(ref, cand)
+            report = compare(ref, cand, logprob_tolerance=parity.logprob_tolerance)
             progress(report.summary())
         ga = GridResult(build=a, startup_s=servers[a.tag].startup_s, evidence=servers[a.tag].evidence)
         gb = GridResult(build=b, startup_s=servers[b.tag].startup_s, evidence=servers[b.tag].evidence)
@@ -251,6 +257,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         with _all_thawed(servers):
             runs = run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
                             check_alive=_alive_check(servers), before_job=_measure_only(servers))
+        check_unchanged(expected, roots, when="while the builds were served and measured")
         for run in runs:
             (ga if run.job.tag == a.tag else gb).runs.append(run)
     cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)

@@ -42,8 +42,8 @@ class FakeExecutor:
     slots = 2
     gpus_per_eval = 0.0
 
-    def __init__(self, speedups: dict[int, SpeedupCI | None], confirmed: dict[int, SpeedupCI | None] | None = None
-                 ) -> None:
+    def __init__(self, speedups: dict[int, SpeedupCI | BaseException | None],
+                 confirmed: dict[int, SpeedupCI | BaseException | None] | None = None) -> None:
         self.speedups = speedups
         self.confirmed = confirmed or {}      # what a confirmation measures (default: the screen's figure)
         self.rounds: list[list[EvalJob]] = []
@@ -59,6 +59,9 @@ class FakeExecutor:
         for job in reversed(jobs):          # finish out of order, as parallel evaluations do
             seqs = int(job.b.engine_args["max_num_seqs"])  # type: ignore[call-overload]
             ci = self.confirmed.get(seqs, self.speedups[seqs]) if job.purpose == "confirm" else self.speedups[seqs]
+            if isinstance(ci, BaseException):       # the evaluation itself raised
+                outcomes.append(EvalOutcome(job.iteration, error=ci))
+                continue
             if ci is None:
                 on_retry(job, RuntimeError("worker died"))
                 outcomes.append(EvalOutcome(job.iteration, error=WorkerLost("retries used up")))
@@ -236,3 +239,18 @@ def test_no_confirmation_starts_when_the_wall_budget_cannot_hold_it_and_the_fina
     results = _results_of(tmp_path / "log")
     assert results[1]["outcome"] == "rejected" and "wall budget" in str(results[1]["reason"])
     assert executor.confirmations == [] and len(list(camp.workspace.repo.iter_commits())) == 1
+
+
+def test_a_tampered_measurement_is_a_recorded_outcome_and_the_campaign_goes_on(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    from harness.errors import MeasurementTampered
+
+    tampered = MeasurementTampered("the measurement path changed while the builds were served and measured: "
+                                   "site-packages/vllm/benchmarks/serve.py")
+    executor = FakeExecutor({4: tampered, 8: SpeedupCI(1.5, 1.3, 1.7, 4), 16: SpeedupCI(1.0, 0.97, 1.03, 4),
+                             32: SpeedupCI(1.0, 0.97, 1.03, 4)})
+    camp = campaign(executor)
+    camp.run()
+    results = _results_of(tmp_path / "log")
+    assert results[1]["outcome"] == "tampered" and "serve.py" in str(results[1]["reason"])
+    assert results[2]["outcome"] == "accepted"            # the next candidate was measured and judged as usual
