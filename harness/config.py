@@ -77,6 +77,10 @@ class BenchmarkConfig(BaseModel):
         return cells
 
 
+# Above every harmless change measured on the embedded checkpoint (fresh servers, batch of one,
+# torch.compile), below the subtlest planted bug (experiments/logprob_drift.py).
+DEFAULT_LOGPROB_TOLERANCE = 1e-3
+
 # The engine args a parity.model server may override: those the checkpoint itself dictates.
 PARITY_OVERRIDABLE = frozenset({"load_format", "max_model_len"})
 
@@ -90,6 +94,10 @@ class ParityConfig(BaseModel):
     seed: int = 0
     concurrency: PositiveInt = 16
     request_timeout_s: float = Field(default=300.0, gt=0)
+    logprob_tolerance: Annotated[float, Field(gt=0)] | None = Field(default=DEFAULT_LOGPROB_TOLERANCE, description=(
+        "the largest top-k logprob difference (nats) from the reference that parity allows where the greedy "
+        "tokens agree; calibrated in experiments/results/logprob-drift-gemma4-tiny-cpu.json. null: greedy ids "
+        "only (for a precision the spec itself changes)"))
     model: Path | None = Field(default=None, description=(
         "a real checkpoint to check parity on, when the speed model has dummy weights (load_format: dummy "
         "makes every logprob equal, so its greedy tokens prove nothing): a separate server of the same tree "

@@ -4,6 +4,11 @@ Requests use temperature 0, a fixed seed, `ignore_eos` (every answer has the sam
 `return_token_ids`, and top-k logprobs keyed by token id. On a mismatch the report gives the first
 divergent position and the reference's top-1/top-2 logprob margin there: a margin near zero is a
 tie flip, a wide margin a real bug.
+
+Greedy ids alone miss real numeric bugs on a confident checkpoint (a PLE table scaled by 10 % changed no
+greedy token and moved logprobs by 0.32 nats), so the top-k logprobs are compared too: at every position
+up to the first divergence, for every token both sides list, the largest |difference| must stay within
+`logprob_tolerance`, calibrated on harmless changes (fresh servers of one build, eager vs compiled).
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ import httpx
 from harness.config import ParityConfig
 from harness.errors import ParityError
 
-__all__ = ["Prompt", "Generation", "PromptVerdict", "ParityReport", "load_prompts", "generate",
-           "compare", "save_reference", "load_reference", "tokens_digest"]
+__all__ = ["Prompt", "Generation", "PromptVerdict", "Drift", "ParityReport", "load_prompts", "generate",
+           "compare", "max_drift", "save_reference", "load_reference", "tokens_digest"]
 
 
 @dataclass(frozen=True)
@@ -51,14 +56,34 @@ class PromptVerdict:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """The largest top-k logprob difference between reference and candidate, and where it is."""
+
+    nats: float
+    prompt_id: str
+    position: int
+    token: int
+
+    def __str__(self) -> str:
+        return f"{self.nats:.2e} nats at {self.prompt_id} token {self.position} (id {self.token})"
+
+
+@dataclass(frozen=True)
 class ParityReport:
     verdicts: tuple[PromptVerdict, ...]
     reference_digest: str
     candidate_digest: str
+    drift: Drift | None = None
+    tolerance: float | None = None          # None: logprobs not judged
+
+    @property
+    def drift_ok(self) -> bool:
+        return self.tolerance is None or self.drift is None or self.drift.nats <= self.tolerance
 
     @property
     def ok(self) -> bool:
-        return all(v.match for v in self.verdicts) and self.reference_digest == self.candidate_digest
+        return all(v.match for v in self.verdicts) and self.reference_digest == self.candidate_digest \
+            and self.drift_ok
 
     @property
     def mismatches(self) -> list[PromptVerdict]:
@@ -66,16 +91,23 @@ class ParityReport:
 
     def summary(self) -> str:
         bad = self.mismatches
+        drift = f"; logprob drift {self.drift}" + (f" (tolerance {self.tolerance:.0e})" if self.tolerance else "") \
+            if self.drift is not None else ""
+        if not bad and not self.drift_ok:
+            return (f"parity broken: {len(self.verdicts)}/{len(self.verdicts)} prompts have identical tokens, but "
+                    f"the logprobs moved{drift}: a numeric change greedy ids do not show")
         if not bad:
-            return f"parity ok: {len(self.verdicts)}/{len(self.verdicts)} prompts identical"
+            return f"parity ok: {len(self.verdicts)}/{len(self.verdicts)} prompts identical{drift}"
         worst = max(bad, key=lambda v: v.reference_margin or 0.0)
         kind = "tie flip" if (worst.reference_margin or 0.0) < 0.1 else "real divergence"
         return (f"parity broken: {len(bad)}/{len(self.verdicts)} prompts differ; e.g. {worst.prompt_id} at token "
                 f"{worst.first_divergence}: {worst.reference_token} -> {worst.candidate_token}, reference margin "
-                f"{worst.reference_margin if worst.reference_margin is not None else float('nan'):.3f} nats ({kind})")
+                f"{worst.reference_margin if worst.reference_margin is not None else float('nan'):.3f} nats ({kind})"
+                f"{drift}")
 
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "reference_digest": self.reference_digest, "candidate_digest": self.candidate_digest,
+                "drift": asdict(self.drift) if self.drift else None, "logprob_tolerance": self.tolerance,
                 "verdicts": [asdict(v) for v in self.verdicts]}
 
 
@@ -140,7 +172,28 @@ def generate(base_url: str, model: str, prompts: list[Prompt], config: ParityCon
     return asyncio.run(_generate_all(base_url, model, prompts, config, concurrency or config.concurrency))
 
 
-def compare(reference: list[Generation], candidate: list[Generation]) -> ParityReport:
+def max_drift(reference: list[Generation], candidate: list[Generation]) -> Drift | None:
+    """The largest |logprob difference| over tokens both sides list, at positions where the generated
+    tokens still agree (after a divergence the two continue from different prefixes)."""
+    by_id = {g.prompt_id: g for g in candidate}
+    worst: Drift | None = None
+    for ref in reference:
+        cand = by_id.get(ref.prompt_id)
+        if cand is None:
+            continue
+        for pos, (a, b, tops_a, tops_b) in enumerate(zip(ref.token_ids, cand.token_ids, ref.top_logprobs,
+                                                          cand.top_logprobs, strict=False)):
+            theirs = dict(tops_b)
+            for token, lp in tops_a:
+                if token in theirs and (worst is None or abs(lp - theirs[token]) > worst.nats):
+                    worst = Drift(abs(lp - theirs[token]), ref.prompt_id, pos, token)
+            if a != b:
+                break
+    return worst
+
+
+def compare(reference: list[Generation], candidate: list[Generation], *,
+            logprob_tolerance: float | None = None) -> ParityReport:
     by_id = {g.prompt_id: g for g in candidate}
     verdicts = []
     for ref in reference:
@@ -158,7 +211,8 @@ def compare(reference: list[Generation], candidate: list[Generation]) -> ParityR
         verdicts.append(PromptVerdict(ref.prompt_id, False, pos, at(ref.token_ids, pos), at(cand.token_ids, pos),
                                       ref.margin(pos)))
     return ParityReport(verdicts=tuple(verdicts), reference_digest=tokens_digest(reference),
-                        candidate_digest=tokens_digest([by_id[r.prompt_id] for r in reference if r.prompt_id in by_id]))
+                        candidate_digest=tokens_digest([by_id[r.prompt_id] for r in reference if r.prompt_id in by_id]),
+                        drift=max_drift(reference, candidate), tolerance=logprob_tolerance)
 
 
 def save_reference(path: Path, generations: list[Generation], *, prompts_path: Path, meta: dict[str, object]) -> None:

@@ -54,3 +54,35 @@ def test_bad_prompt_lines_name_the_line(tmp_path: Path, line: str) -> None:
     path.write_text(line + "\n")
     with pytest.raises(ParityError, match="p.jsonl:1"):
         load_prompts(path)
+
+
+def _shifted(gen: Generation, at: int, by: float) -> Generation:
+    tops = [tuple((t, lp + (by if i == at else 0.0)) for t, lp in pos) for i, pos in enumerate(gen.top_logprobs)]
+    return Generation(prompt_id=gen.prompt_id, token_ids=gen.token_ids, top_logprobs=tuple(tops))
+
+
+def test_identical_tokens_with_moved_logprobs_break_parity() -> None:
+    """A PLE table scaled by 10 % changed no greedy token and moved logprobs by up to 0.32 nats."""
+    ref = [_gen("a", [1, 2, 3]), _gen("b", [4, 5, 6])]
+    cand = [ref[0], _shifted(ref[1], 2, -0.32)]
+    report = compare(ref, cand, logprob_tolerance=1e-3)
+    assert not report.ok and not report.mismatches
+    assert report.drift is not None and report.drift.prompt_id == "b" and report.drift.position == 2
+    assert "logprobs moved" in report.summary() and "3.20e-01 nats at b token 2" in report.summary()
+    assert report.to_json()["drift"]["nats"] == pytest.approx(0.32)   # type: ignore[index]
+
+
+def test_drift_within_the_tolerance_is_parity_and_is_reported() -> None:
+    ref = [_gen("a", [1, 2, 3])]
+    report = compare(ref, [_shifted(ref[0], 1, 5e-6)], logprob_tolerance=1e-3)
+    assert report.ok and "logprob drift 5.00e-06" in report.summary()
+    assert compare(ref, [_shifted(ref[0], 1, 0.5)]).ok        # no tolerance: greedy ids only
+
+
+def test_logprobs_after_a_divergence_are_not_compared() -> None:
+    """Past the first divergent token the two continue from different prefixes: their logprobs differ anyway."""
+    ref = [_gen("a", [1, 2, 3, 4])]
+    cand = [Generation("a", (1, 9, 3, 4), ref[0].top_logprobs[:2] + tuple(
+        ((t, -5.0), (t + 1, -6.0)) for t in (3, 4)))]
+    report = compare(ref, cand, logprob_tolerance=1e-3)
+    assert report.drift is not None and report.drift.nats == 0.0 and report.drift.position == 0
