@@ -146,6 +146,7 @@ def check_runnable(spec: CampaignSpec) -> None:
     """What a new campaign refuses before it creates anything (older logs with these settings still load)."""
     try:
         check_repeats(spec.benchmark.repeats)
+        check_repeats(spec.benchmark.strong_repeats)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
     if not spec.final_comparison:
@@ -298,7 +299,8 @@ def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd
 
 
 def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None, str]:
-    """Best vs stock: the incumbent measured once more against the baseline, interleaved."""
+    """Best vs stock: the incumbent measured once more against the baseline, interleaved, at the strong
+    repeats (the campaign's verdict rests on it)."""
     camp.on_event("phase", {"phase": "final: best vs baseline"})
     ws, work = camp.workspace, camp.log_dir / "runs" / "final"
     tree_a = ws.checkout_copy(base_commit, work / "tree-A")
@@ -311,7 +313,8 @@ def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None
         it = camp.next_iteration
         port_a = gate_server(camp.gate, camp.spec, a.engine_args, it)
         port_b = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
-        result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=camp.spec.benchmark,
+        bench = camp.spec.benchmark.model_copy(update={"repeats": camp.spec.benchmark.strong_repeats})
+        result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=bench,
                             stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,
                             ports={"A": port_a, "B": port_b}, measurement=camp.measurement,

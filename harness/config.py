@@ -57,6 +57,13 @@ class BenchmarkConfig(BaseModel):
     repeats: PositiveInt = Field(default=4, description=(
         "interleaved A/B pairs per cell; a campaign, compare or replay needs an even number, at least 4 "
         "(harness/stats.py)"))
+    confirm_repeats: PositiveInt | None = Field(default=None, description=(
+        "pairs per cell of a campaign's confirmation A/B and final comparison (default: twice `repeats`)"))
+
+    @property
+    def strong_repeats(self) -> int:
+        """The repeats of the A/Bs a verdict rests on: confirmation and final comparison."""
+        return self.confirm_repeats or 2 * self.repeats
     seed: int = 0
     run_timeout_s: float = Field(default=600.0, gt=0)
 
@@ -77,9 +84,10 @@ class BenchmarkConfig(BaseModel):
         return cells
 
 
-# Above every harmless change measured on the embedded checkpoint (fresh servers, batch of one,
-# torch.compile), below the subtlest planted bug (experiments/logprob_drift.py).
-DEFAULT_LOGPROB_TOLERANCE = 1e-3
+# Measured on the embedded checkpoint in float32 (experiments/logprob_drift.py): harmless changes moved the
+# held prompts' logprobs by at most 1.24e-5 nats (fresh server 7.6e-6, batch of one 8.6e-6, torch.compile
+# 1.24e-5), the subtlest planted bug by 3.74e-4 (exact GELU in the PLE gate; PLE table x1.1: 0.32).
+DEFAULT_LOGPROB_TOLERANCE = 1e-4
 
 # The engine args a parity.model server may override: those the checkpoint itself dictates.
 PARITY_OVERRIDABLE = frozenset({"load_format", "max_model_len"})
@@ -131,6 +139,10 @@ class StatsConfig(BaseModel):
     resamples: Annotated[int, Field(ge=200, description=(
         "read by nothing since intervals are Student-t (no resampling); accepted so that specs and audit "
         "logs written before still load"))] = 4000
+    screen_confidence: Annotated[float, Field(gt=0.5, lt=1.0, description=(
+        "a campaign's first A/B of a candidate only screens: the lower end of this interval must reach "
+        "screen_lower_bound for the candidate to earn a confirmation (which is judged at `confidence`)"))] = 0.80
+    screen_lower_bound: Annotated[float, Field(gt=0)] = 1.0
     guard_confidence: Annotated[float, Field(gt=0.5, lt=1.0, description=(
         "level of the one-sided test that calls a cell regressed (its upper bound below cell_guard)"))] = 0.95
     accept_lower_bound: Annotated[float, Field(gt=0)] = 1.02

@@ -59,6 +59,12 @@ class SpeedupCI:
             return self.high
         return float(math.exp(math.log(self.ratio) + scistats.t.ppf(level, self.df) * self.se_log))
 
+    def lower_at(self, confidence: float) -> float:
+        """The lower end of the two-sided interval at `confidence` (e.g. 0.80); `low` when the SE is unknown."""
+        if self.se_log is None or self.df < 1:
+            return self.low
+        return float(math.exp(math.log(self.ratio) - scistats.t.ppf(0.5 + confidence / 2, self.df) * self.se_log))
+
     def __str__(self) -> str:
         return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
 
@@ -118,9 +124,14 @@ def regressed_cells(cells: Mapping[str, SpeedupCI], config: StatsConfig) -> list
             for label, ci in cells.items() if ci.upper(config.guard_confidence) < config.cell_guard]
 
 
-def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConfig) -> Verdict:
+def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConfig, *,
+           stage: str = "confirm") -> Verdict:
     """Quarantine when the overall speedup or any cell's is above the plausibility ceiling; reject when a
-    cell regressed (one-sided test) or the overall lower bound is below the threshold; else accept."""
+    cell regressed (one-sided test) or the overall lower bound is below the threshold; else accept.
+
+    `stage="screen"` is the looser first look of a campaign's A/B (the lower end of the
+    `screen_confidence` interval at least `screen_lower_bound`): it only decides which candidate earns a
+    confirmation, which is judged at `confidence` against `accept_lower_bound` on twice the repeats."""
     implausible = [f"{label} {ci}" for label, ci in cells.items() if ci.ratio > config.plausibility_ceiling]
     if overall.ratio > config.plausibility_ceiling or implausible:
         where = f"cells {'; '.join(implausible)}" if implausible else f"speedup {overall}"
@@ -129,6 +140,13 @@ def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConf
     regressed = regressed_cells(cells, config)
     if regressed:
         return Verdict(False, False, f"cells regressed past the guard {config.cell_guard}: " + "; ".join(regressed))
+    if stage == "screen":
+        low = overall.lower_at(config.screen_confidence)
+        bar = f"{config.screen_confidence:.0%} lower bound {low:.3f}"
+        if low < config.screen_lower_bound:
+            return Verdict(False, False, f"speedup {overall}: screen {bar} below {config.screen_lower_bound}")
+        return Verdict(True, False, f"speedup {overall}: screen {bar} clears {config.screen_lower_bound}; "
+                                    "to be confirmed")
     if overall.low < config.accept_lower_bound:
         return Verdict(False, False, f"speedup {overall}: lower bound below {config.accept_lower_bound}")
     return Verdict(True, False, f"speedup {overall} clears {config.accept_lower_bound}")

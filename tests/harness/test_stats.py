@@ -118,3 +118,13 @@ def test_fewer_or_odd_repeats_are_refused_with_the_minimum(repeats: int) -> None
 def test_cv() -> None:
     assert cv([1.0]) == 0.0
     assert abs(cv([9.0, 11.0]) - 0.1414) < 1e-3
+
+
+def test_the_screen_is_looser_than_the_verdict_it_leads_to() -> None:
+    """A 6 % gain at n = 4: its 80 % lower bound clears 1.0 (worth confirming), its 95 % one not 1.02."""
+    a, b = [100.0, 102.0, 98.0, 101.0], [101.0, 112.0, 103.0, 108.0]
+    overall = speedup_ci(a, b, CFG)
+    assert overall.lower_at(0.80) > 1.0 and overall.low < CFG.accept_lower_bound
+    assert decide(overall, {"c": overall}, CFG, stage="screen").accept
+    assert "to be confirmed" in decide(overall, {"c": overall}, CFG, stage="screen").reason
+    assert not decide(overall, {"c": overall}, CFG).accept
