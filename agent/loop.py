@@ -29,7 +29,7 @@ from agent.gatekeeper import Gatekeeper
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
-from harness.engine_args import engine_argv
+from harness.engine_args import engine_argv, spec_owned_changes
 from harness.engine_defaults import effective_engine_args
 from harness.errors import HarnessError, MeasurementTampered
 from harness.integrity import MeasurementDigest
@@ -296,9 +296,12 @@ class Campaign:
             candidate = Workspace.open(tree_b)
             b = Build(tag="B", tree=tree_b, engine_args=candidate.serving_config(), ref="candidate",
                       cache_key=candidate.content_hash())
-            if b.engine_args.get("load_format") != a.engine_args.get("load_format"):
-                # dummy weights measure speed only; flipping them would change what is measured, not how fast
-                raise PatchRejected("serving.yaml: load_format is fixed by the spec; a candidate may not change it")
+            owned = spec_owned_changes(a.engine_args, b.engine_args, frozenset(self.spec.server.candidate_may_change))
+            if owned:
+                # dummy weights measure speed only; a lower precision or a bigger memory share buys speed with
+                # accuracy or the other build's resources: what is measured would change, not how fast
+                raise PatchRejected(f"serving.yaml: {', '.join(owned)} is fixed by the spec; a candidate may not "
+                                    "change it (the spec may allow it in server.candidate_may_change)")
             ports: dict[str, int] = {}
             for build in (a, b):
                 ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,

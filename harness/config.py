@@ -40,6 +40,10 @@ class ServerConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="extra server env (allowlisted keys)")
     startup_timeout_s: float = Field(default=420.0, gt=0)
     port: int | None = Field(default=None, ge=1024, le=65535, description="None: a free port each time")
+    candidate_may_change: list[Literal["dtype", "kv_cache_dtype", "gpu_memory_utilization"]] = Field(
+        default_factory=list, description=(
+            "spec-owned engine args a candidate may change (default none: precision and the memory share "
+            "are the spec's); parity's logprob tolerance then judges the changed precision"))
 
 
 class BenchmarkConfig(BaseModel):

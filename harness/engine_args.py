@@ -8,7 +8,8 @@ from collections.abc import Mapping
 
 from harness.errors import EngineArgRejected
 
-__all__ = ["ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "engine_argv", "check_engine_args", "check_env"]
+__all__ = ["ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args", "check_env",
+           "spec_owned_changes"]
 
 # key -> accepted python type(s). Booleans become --flag / --no-flag.
 ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
@@ -45,6 +46,11 @@ ENV_ALLOWLIST = frozenset({
     "CUDA_VISIBLE_DEVICES",
     "VLLM_USE_FLASHINFER_SAMPLER",     # 0 skips the FlashInfer sampler's JIT build (~96 s per cold GPU start)
 })
+
+# Keys that trade accuracy or the other build's share of the machine rather than speed: a candidate may
+# change them only when the spec names them in server.candidate_may_change (and parity's logprob check then
+# judges the precision it runs at). load_format is never a candidate's: dummy weights are the spec's choice.
+SPEC_OWNED = frozenset({"dtype", "kv_cache_dtype", "gpu_memory_utilization", "load_format"})
 
 _FIXED = {"model", "port", "host", "enable_prefix_caching", "seed", "served_model_name", "trust_remote_code",
           "tokenizer", "download_dir", "uds"}
@@ -86,3 +92,9 @@ def engine_argv(args: Mapping[str, object]) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
+
+
+def spec_owned_changes(incumbent: Mapping[str, object], candidate: Mapping[str, object],
+                       allowed: frozenset[str] = frozenset()) -> list[str]:
+    """The spec-owned keys (SPEC_OWNED, less `allowed`) whose value the candidate changed, added or removed."""
+    return sorted(k for k in SPEC_OWNED - allowed if incumbent.get(k) != candidate.get(k))

@@ -254,3 +254,31 @@ def test_a_tampered_measurement_is_a_recorded_outcome_and_the_campaign_goes_on(
     results = _results_of(tmp_path / "log")
     assert results[1]["outcome"] == "tampered" and "serve.py" in str(results[1]["reason"])
     assert results[2]["outcome"] == "accepted"            # the next candidate was measured and judged as usual
+
+
+@pytest.mark.parametrize("space", [{"dtype": ["bfloat16"]}, {"kv_cache_dtype": ["fp8"]},
+                                   {"gpu_memory_utilization": [0.95]}])
+def test_a_candidate_may_not_lower_the_precision_or_take_the_other_builds_memory(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path, space: dict[str, list[object]]) -> None:
+    """A bf16 or fp8 candidate can pass greedy parity on a checkpoint trained for >= 1-nat margins."""
+    executor = FakeExecutor({})
+    camp = campaign(executor)
+    camp.proposer = SearchProposer(camp.spec.proposer.search.model_copy(update={"space": space}))
+    camp.spec = camp.spec.model_copy(update={"budget": camp.spec.budget.model_copy(update={"max_iterations": 1})})
+    camp.run()
+    (result,) = [payload_of(tmp_path / "log", r) for r in read_records(tmp_path / "log")
+                 if r["kind"] == "iteration.result"]
+    assert result["outcome"] == "invalid" and f"{next(iter(space))} is fixed by the spec" in str(result["reason"])
+    assert executor.rounds == []
+
+
+def test_a_spec_may_hand_the_precision_to_candidates_by_name(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    executor = FakeExecutor({1: SpeedupCI(1.0, 0.97, 1.03, 4)})
+    camp = campaign(executor)
+    camp.proposer = SearchProposer(camp.spec.proposer.search.model_copy(update={"space": {"dtype": ["bfloat16"]}}))
+    server = camp.spec.server.model_copy(update={"candidate_may_change": ["dtype"]})
+    camp.spec = camp.spec.model_copy(update={"server": server, "budget": camp.spec.budget.model_copy(
+        update={"max_iterations": 1})})
+    camp.run()
+    assert [j.b.engine_args["dtype"] for r in executor.rounds for j in r] == ["bfloat16"]
