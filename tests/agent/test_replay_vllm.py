@@ -30,7 +30,7 @@ def _committed_log() -> Path:
 
 def _replay(log: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agent.cli", "replay", str(log), "--cells", "in128/out32",
-                           "--repeats", "3", "--allow-env-drift", *extra], cwd=ROOT, capture_output=True,
+                           "--repeats", "4", "--allow-env-drift", *extra], cwd=ROOT, capture_output=True,
                           text=True, timeout=1800)
 
 
