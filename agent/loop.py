@@ -431,9 +431,9 @@ class Campaign:
                                 placement=placement)
         commit = None
         reason = verdict.reason
-        screen = None
+        screen, screen_placement = None, None
         if verdict.accept and i == best and confirmation is not None:
-            screen = result
+            screen, screen_placement = result, placement
             if confirmation.outcome is None:
                 return self._finish(i, "rejected", f"{confirmation.reason} (screen: {verdict.reason})",
                                     proposal=proposal, result=result, placement=placement)
@@ -442,7 +442,8 @@ class Campaign:
             self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
             if not result.parity.ok or result.overall is None:
                 return self._finish(i, "parity-broken", f"confirmation: {result.parity.summary()}",
-                                    proposal=proposal, result=result, placement=placement, screen=screen)
+                                    proposal=proposal, result=result, placement=placement, screen=screen,
+                                    screen_placement=screen_placement)
             verdict = decide(result.overall, result.headline(), self.spec.stats)
             reason = f"confirmed: {verdict.reason}" if verdict.accept else \
                 f"not confirmed: {verdict.reason} (screen: {screen.overall})"
@@ -458,7 +459,8 @@ class Campaign:
         else:
             outcome = "rejected"
         return self._finish(i, outcome, reason, proposal=proposal, result=result, commit=commit,
-                            placement=placement, screen=screen)
+                            placement=placement, screen=screen,
+                            screen_placement=screen_placement)
 
     def _commit(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> str:
         assert result.overall is not None and result.parity is not None
@@ -477,7 +479,8 @@ class Campaign:
 
     def _finish(self, i: int, outcome: Outcome, reason: str, *, proposal: Proposal | None,
                 result: ABResult | None = None, commit: str | None = None,
-                placement: dict[str, Any] | None = None, screen: ABResult | None = None) -> IterationOutcome:
+                placement: dict[str, Any] | None = None, screen: ABResult | None = None,
+                screen_placement: dict[str, Any] | None = None) -> IterationOutcome:
         """Record an iteration's outcome. With a confirmation, `result` is the confirmation (the evidence)
         and `screen` the A/B that selected the candidate (kept beside it, never its evidence)."""
         payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted", "reason": reason[:4000],
@@ -501,7 +504,8 @@ class Campaign:
         if screen is not None and screen.overall is not None:
             payload["screen"] = {"speedup_text": str(screen.overall), "speedup": screen.overall.ratio,
                                  "ci_low": screen.overall.low, "ci_high": screen.overall.high,
-                                 "cells": {label: str(ci) for label, ci in screen.headline().items()}}
+                                 "cells": {label: str(ci) for label, ci in screen.headline().items()},
+                                 "placement": dict(screen_placement or {})}
         self.writer.append("iteration.result", iteration=i, payload=payload)
         entry = HistoryEntry(iteration=i, hypothesis=proposal.hypothesis if proposal else "", outcome=outcome,
                              speedup=payload.get("speedup_text"),

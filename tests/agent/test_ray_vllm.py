@@ -98,7 +98,8 @@ def test_a_parallel_campaign_survives_a_killed_worker_and_its_log_verifies(tmp_p
     results = _results(log_dir)
     assert sorted(results) == [1, 2]                                               # both recorded, in order
     assert [r["iteration"] for r in records if r["kind"] == "iteration.result"] == [1, 2]
-    assert results[killed_it]["placement"]["attempt"] == 2                         # the retry measured it
+    screened = results[killed_it].get("screen", {}).get("placement") or results[killed_it]["placement"]
+    assert screened["attempt"] == 2                                              # the retry measured it
     assert results[killed_it]["outcome"] in ("accepted", "rejected"), results[killed_it]["reason"]
     assert all(results[i]["placement"]["executor"] == "ray" and results[i]["placement"]["node_id"] for i in (1, 2))
     # Both points (max_num_seqs 4 and 8 against 1) beat the incumbent; only one may become the new one.
