@@ -6,9 +6,11 @@ start-up, or the harness itself, and the comparison would go on and report norma
 a digest before its first server starts and after its last benchmark run, and both must equal the digest
 taken when the campaign (or command) began; any difference is `MeasurementTampered`, naming the files.
 
-Python sources and `.pth` files are hashed by content; every other file (compiled extensions: 3.6 GB in
-the CPU venv) by size, mtime, ctime and inode, which a write or a re-link changes. Measured on the CPU
-venv (25,556 .py files): about 4 s per digest.
+Python sources, `.pth` files and every file of the installed vLLM package (its compiled extensions are
+hard-linked into the workspace trees, so a candidate could write through a link) are hashed by content;
+every other file (torch and the rest: 3 GB in the CPU venv) by size, mtime and inode. Not ctime: making a
+hard link changes it, and the trees link vLLM's .so files (the first version of this check called every
+A/B of a campaign tampered for that reason).
 """
 
 from __future__ import annotations
@@ -46,11 +48,20 @@ def measurement_roots(python: str = sys.executable) -> list[Path]:
     return [r for r in dict.fromkeys(roots) if r.exists()]
 
 
-def _file_digest(path: Path) -> str:
-    if path.suffix in _CONTENT:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+def _file_digest(path: Path, *, content: bool) -> str:
+    if content or path.suffix in _CONTENT:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
     st = path.stat()
-    return f"stat:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+    return f"stat:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
+def _in_vllm(path: Path, root: Path) -> bool:
+    rel = path.relative_to(root).parts if root.is_dir() else ()
+    return bool(rel) and rel[0] == "vllm"
 
 
 def _walk(root: Path) -> Iterable[Path]:
@@ -68,7 +79,7 @@ def digest_roots(roots: Iterable[Path]) -> MeasurementDigest:
     for root in roots:
         for path in _walk(root):
             try:
-                files[str(path)] = _file_digest(path)
+                files[str(path)] = _file_digest(path, content=_in_vllm(path, root))
             except OSError:          # vanished while walking: that is a change too
                 files[str(path)] = "unreadable"
     total = hashlib.sha256()

@@ -51,3 +51,20 @@ def test_the_shipped_roots_cover_the_harness_the_interpreter_and_site_packages()
     assert any(r.name == "site-packages" for r in roots)
     assert any(r.is_file() and r.name.startswith("python") for r in roots)
     assert any((r / "vllm" / "benchmarks" / "serve.py").exists() for r in roots if r.is_dir())
+
+
+def test_a_hard_link_into_a_workspace_is_not_tampering_but_a_write_through_it_is(tmp_path: Path) -> None:
+    """Workspace trees hard-link vLLM's compiled extensions: linking changes the inode's ctime, not its bytes;
+    a candidate writing through its tree's link changes the installed file."""
+    root = _site(tmp_path)
+    before = digest_roots([root])
+    link = tmp_path / "tree" / "vllm" / "_C.so"
+    link.parent.mkdir(parents=True)
+    os.link(root / "vllm" / "_C.so", link)
+    check_unchanged(before, [root], when="after linking")
+    stat = link.stat()
+    with link.open("r+b") as f:
+        f.write(b"\x7fELF\x02")
+    os.utime(link, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(MeasurementTampered, match="_C.so"):
+        check_unchanged(before, [root], when="after writing through the link")
