@@ -80,8 +80,7 @@ def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "") -
         return Ending("not-shown", f"the final comparison measured best vs stock at {final.overall}: its lower "
                                    "bound is below 1.0, so the accepted change(s) are NOT shown to be an "
                                    "improvement")
-    return Ending("improved", f"best vs stock {final.overall} (lower bound above 1.0), parity "
-                              f"{final.parity.summary()}")
+    return Ending("improved", f"best vs stock {final.overall} (lower bound above 1.0); {final.parity.summary()}")
 
 
 def new_campaign_id(name: str) -> str:

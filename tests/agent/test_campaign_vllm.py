@@ -64,6 +64,7 @@ def _serving_patch(old: int, new: int) -> str:
             f"-max_num_seqs: {old}\n+max_num_seqs: {new}\n")
 
 
+@pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
 def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_budget(tmp_path: Path) -> None:
     bench_edit = ("diff --git a/vllm/benchmarks/serve.py b/vllm/benchmarks/serve.py\n--- a/vllm/benchmarks/serve.py\n"
                   "+++ b/vllm/benchmarks/serve.py\n@@ -1,1 +1,2 @@\n # SPDX-License-Identifier: Apache-2.0\n"
@@ -117,6 +118,7 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
     assert head.parents[0].hexsha == start["base_commit"]      # exactly one accepted commit on the branch
 
 
+@pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
 def test_a_campaign_killed_mid_iteration_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
     proposer = "proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8]}}}"
     spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}")

@@ -60,6 +60,7 @@ def _kill_first_evaluation(runs: Path, stop: threading.Event, killed: list[dict[
         time.sleep(0.5)
 
 
+@pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
 def test_a_parallel_campaign_survives_a_killed_worker_and_its_log_verifies(tmp_path: Path,
                                                                             ray_cluster: str) -> None:
     proposer = ("proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8]}}}\n"
