@@ -32,7 +32,7 @@ from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.engine_args import engine_argv, spec_owned_changes
 from harness.engine_defaults import effective_engine_args
-from harness.errors import HarnessError, MeasurementTampered
+from harness.errors import HarnessError, MeasurementTampered, PortInUse
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build
 from harness.parity import Generation
@@ -89,6 +89,7 @@ class Confirmation:
 
 # Added to the benchmark seed for a confirmation: its random prompts are not the screen's.
 CONFIRM_SEED_OFFSET = 1_000_003
+CONFIRM_PORT_ATTEMPTS = 3
 
 
 @dataclass
@@ -401,21 +402,26 @@ class Campaign:
         self.on_event("phase", {"phase": "confirm: a fresh, independent A/B of the best candidate"})
         bench = job.bench.model_copy(update={"seed": job.bench.seed + CONFIRM_SEED_OFFSET,
                                              "repeats": job.bench.strong_repeats})
-        ports: dict[str, int] = {}
-        try:
-            for build in (job.a, job.b):
-                ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,
-                                               exclude=tuple(ports.values()))
-        except ActionDenied as exc:
-            return Confirmation(None, f"not confirmed: its servers were denied ({exc}); left uncommitted")
         assert screen.result is not None and screen.result.overall is not None
         self.writer.append("iteration.confirm", iteration=i, payload={
             "screen_speedup": str(screen.result.overall), "seed": bench.seed, "order": "B first",
             "repeats": bench.repeats,
             "screen_cells": {label: str(ci) for label, ci in screen.result.headline().items()}})
-        again = replace(job, purpose="confirm", bench=bench, ports=ports, work_dir=job.work_dir / "confirm")
-        done = self.executor.run([again], on_retry=self._record_retry,
-                                 progress=lambda msg: self.on_event("progress", {"message": msg}))[0]
+        for attempt in range(1, CONFIRM_PORT_ATTEMPTS + 1):
+            ports: dict[str, int] = {}
+            try:
+                for build in (job.a, job.b):
+                    ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,
+                                                   exclude=tuple(ports.values()))
+            except ActionDenied as exc:
+                return Confirmation(None, f"not confirmed: its servers were denied ({exc}); left uncommitted")
+            again = replace(job, purpose="confirm", bench=bench, ports=ports,
+                            work_dir=job.work_dir / ("confirm" if attempt == 1 else f"confirm{attempt}"))
+            done = self.executor.run([again], on_retry=self._record_retry,
+                                     progress=lambda msg: self.on_event("progress", {"message": msg}))[0]
+            # Another campaign on this host can take a port between its pick and its lease: pick again.
+            if not isinstance(done.error, PortInUse):
+                break
         if done.error is not None or done.result is None:
             error = done.error or RuntimeError("evaluation returned nothing")
             return Confirmation(None, f"not confirmed: the confirmation failed ({type(error).__name__}: "

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from harness.engine_args import ENGINE_ARG_TYPES, check_env, engine_argv
 from harness.errors import EngineDefaultsUnknown
+from harness.server import SERVER_ENV
 
 __all__ = ["RESOLVED_KEYS", "effective_engine_args"]
 
@@ -70,17 +71,6 @@ for key, (section, name) in keys.items():
         out[key] = value
 print({_TAG!r} + json.dumps(out), flush=True)
 """
-# As the server gets them (harness/server.py): offline, no telemetry, a private HOME and cache.
-_FIXED_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONUNBUFFERED": "1",
-    "LANG": "C.UTF-8",
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-}
 
 
 def _fits(key: str, value: object) -> bool:
@@ -104,7 +94,7 @@ def effective_engine_args(model: Path, engine_args: Mapping[str, object], *, env
         raise EngineDefaultsUnknown(f"model directory {model} has no config.json; check server.model in the spec "
                                     "(engine defaults unknown: fall back to the raw serving config)")
     with tempfile.TemporaryDirectory(prefix="ratchet-engine-defaults-") as home:
-        run_env = {**_FIXED_ENV, **check_env(env or {}), "HOME": home, "VLLM_CACHE_ROOT": str(Path(home) / "vllm")}
+        run_env = {**SERVER_ENV, **check_env(env or {}), "HOME": home, "VLLM_CACHE_ROOT": str(Path(home) / "vllm")}
         run_env["PATH"] = f"{Path(python).parent}:{run_env['PATH']}"
         # The server's fixed flags (harness/server.py) too: they can move defaults.
         argv = [python, "-I", "-c", _PROBE, json.dumps(RESOLVED_KEYS), "--model", str(model),

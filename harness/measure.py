@@ -211,7 +211,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
     """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
     given (the campaign's baseline), else against A generated now. `b_first`: the interleaving starts
     with B (a confirmation's own order). The measurement path must be `measurement` (the campaign's, or
-    this call's own at its start) before the first server starts and after the last run."""
+    one taken when this comparison starts) before the first server starts and after the last run."""
     cells = bench.cells()
     roots = measurement_roots()
     expected = measurement or digest_roots(roots)

@@ -51,8 +51,8 @@ else:  # vLLM <= 0.26 (as on the offline H200 host) has no launchers package: ru
     import runpy
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 """
-# Fixed so that every candidate is measured the same way.
-_FIXED_ENV = {
+# Fixed so that every candidate is measured the same way (harness/engine_defaults.py resolves with it too).
+SERVER_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_NO_USAGE_STATS": "1",
@@ -200,7 +200,7 @@ def _serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: d
             "--host", "127.0.0.1", "--port", str(port), "--no-enable-prefix-caching", "--seed", "0",
             *engine_argv(engine_args), *extra_argv)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    env = {**_FIXED_ENV, **check_env(config.env), "HOME": str(cache_dir), "VLLM_CACHE_ROOT": str(cache_dir / "vllm")}
+    env = {**SERVER_ENV, **check_env(config.env), "HOME": str(cache_dir), "VLLM_CACHE_ROOT": str(cache_dir / "vllm")}
     # The interpreter's own bin folder first: build tools vLLM calls at run time (ninja for FlashInfer's JIT,
     # compilers for torch.compile) are installed there in a venv.
     env["PATH"] = f"{Path(python).parent}:{env['PATH']}"

@@ -282,3 +282,23 @@ def test_a_spec_may_hand_the_precision_to_candidates_by_name(
         update={"max_iterations": 1})})
     camp.run()
     assert [j.b.engine_args["dtype"] for r in executor.rounds for j in r] == ["bfloat16"]
+
+
+def test_a_confirmation_whose_port_was_taken_by_another_campaign_picks_new_ports(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    from harness.errors import PortInUse
+
+    class TakenOnce(FakeExecutor):
+        def run(self, jobs, *, on_retry, progress):  # type: ignore[no-untyped-def]
+            if jobs[0].purpose == "confirm" and not self.confirmations:
+                self.confirmations += jobs
+                return [EvalOutcome(jobs[0].iteration, error=PortInUse("port 8002 is leased by another ratchet "
+                                                                       "server on this host"))]
+            return super().run(jobs, on_retry=on_retry, progress=progress)
+
+    executor = TakenOnce({4: SpeedupCI(1.5, 1.3, 1.7, 4), 8: SpeedupCI(1.0, 0.97, 1.03, 4)})
+    camp = campaign(executor)
+    camp.spec = camp.spec.model_copy(update={"budget": camp.spec.budget.model_copy(update={"max_iterations": 2})})
+    camp.run()
+    assert _results_of(tmp_path / "log")[1]["outcome"] == "accepted"
+    assert [j.work_dir.name for j in executor.confirmations] == ["confirm", "confirm2"]
