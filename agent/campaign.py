@@ -25,11 +25,13 @@ from audit import AuditWriter, write_report
 from harness.errors import HarnessError
 from harness.integrity import digest_roots, measurement_roots
 from harness.measure import ABResult, Build, ab_compare, measure_grid
-from harness.parity import load_reference, save_reference
+from harness.parity import load_prompts, load_reference, save_reference
 from harness.profiling import profile_cell, render_profiles
 from harness.stats import check_repeats
 from policies import load_policy
 from sandbox.base import Backend
+from sandbox.factory import UNISOLATED, isolation_label
+from sandbox.factory import resolve as resolve_sandbox
 from sandbox.reap import reap_under
 from sandbox.workspace import Workspace
 
@@ -141,8 +143,20 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def check_parity_coverage(spec: CampaignSpec) -> None:
+    """Parity must see the lengths and batch shapes the benchmark measures, or the spec must say why not."""
+    if spec.parity.uncovered:
+        return
+    lengths = [len(p.token_ids) for p in load_prompts(spec.parity.prompts)]
+    gaps = spec.parity.coverage_gaps(spec.benchmark, lengths)
+    if gaps:
+        raise SpecError(f"the held prompts ({spec.parity.prompts}) do not cover the grid: {'; '.join(gaps)}. Add "
+                        "prompts that long, or set parity.uncovered to the reason (it is recorded)")
+
+
 def check_runnable(spec: CampaignSpec) -> None:
     """What a new campaign refuses before it creates anything (older logs with these settings still load)."""
+    check_parity_coverage(spec)
     try:
         check_repeats(spec.benchmark.repeats)
         check_repeats(spec.benchmark.strong_repeats)
@@ -153,9 +167,20 @@ def check_runnable(spec: CampaignSpec) -> None:
                         "best vs stock at the end (its wall budget reserves the time); remove the key")
 
 
+def with_resolved_sandbox(spec: CampaignSpec, proposer_name: str) -> CampaignSpec:
+    """The spec with `sandbox.backend: auto` replaced by what this host isolates with (recorded in the log,
+    rebuilt by Ray workers and by `resume`); an LLM proposer never runs with unisolated candidates."""
+    spec = spec.model_copy(update={"sandbox": resolve_sandbox(spec.sandbox)})
+    if proposer_name == "llm" and spec.sandbox.backend in UNISOLATED:
+        raise SpecError("the llm proposer refuses sandbox.backend: unisolated: a model's patches run as code on "
+                        "this host; use auto (docker or bwrap)")
+    return spec
+
+
 def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, backend: Backend, log_root: Path,
                    workspace_root: Path, on_event: Event = lambda k, d: None) -> CampaignEnd:
     check_runnable(spec)
+    spec = with_resolved_sandbox(spec, proposer.name)
     preflight(spec.executor)
     campaign_id = new_campaign_id(spec.name)
     log_dir = (log_root / campaign_id).resolve()
@@ -173,7 +198,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
             "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
-            "environment": describe_environment(), "isolation": spec.sandbox.backend,
+            "environment": describe_environment(), "isolation": isolation_label(spec.sandbox),
             "measurement_sha256": measurement.sha256})
         executor = _executor(spec, writer)   # before the baseline: a cluster that is not there fails fast
         try:
@@ -222,6 +247,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         writer.append("campaign.resume", payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
                                                   "next_iteration": max(journal.last_iteration,
                                                                         journal.open_iteration or 0) + 1})
+        spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed
         backend = backend_for(spec)
         proposer = proposer_for(spec, journal.proposer)
         executor = _executor(spec, writer)

@@ -40,9 +40,12 @@ class TargetConfig(BaseModel):
 
 class SandboxConfig(BaseModel):
     model_config = _STRICT
-    backend: Literal["local", "docker"] = "local"
+    backend: Literal["auto", "docker", "bwrap", "unisolated", "local"] = Field(default="auto", description=(
+        "auto: docker where dockerd answers and the sandbox image is built, else bwrap; a host with neither "
+        "is refused. unisolated: candidate code runs as this user (only by name; the llm proposer refuses "
+        "it). local: the name used before auto, read from older specs and logs (local_isolation says which)"))
     local_isolation: Literal["none", "netns"] = Field(
-        default="none", description="local backend only: netns = own network namespace + bubblewrap (root)")
+        default="none", description="only with backend: local (older specs): netns = bwrap, none = unisolated")
     image: str = "ratchet-sandbox:cpu"
     gpus: int = 0
     cpus: float | None = None

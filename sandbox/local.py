@@ -1,14 +1,21 @@
-"""Local backend: the server is a plain subprocess in its own session.
+"""Local backends: the server is a subprocess in its own session.
 
-`LocalBackend()` (isolation "none"): no isolation beyond a clean environment and process-group cleanup;
-logs and reports mark it as weaker than Docker.
+`LocalBackend(isolation="none")` (spec `sandbox.backend: unisolated`, only by name): a clean environment
+and process-group cleanup, nothing more; candidate code runs as this user. Logs and reports say so.
 
-`LocalBackend(isolation="netns")` (root, `ip` and `bwrap` needed): the server runs in its own network
-namespace joined to the host by a veth pair on a private /30 (the host reaches it at the namespace's
-address; a host firewall rule admits only replies from it and nothing is forwarded), inside bubblewrap:
-the whole host filesystem read-only, fresh /tmp, /run and /dev/shm (so host sockets such as
-docker.sock are hidden), its own PID/IPC namespaces, all capabilities dropped. Weaker than Docker: it
-runs as uid 0 (without capabilities) and can read what root can read; no memory/CPU/pids limits.
+`LocalBackend(isolation="netns")` (spec `bwrap`; `auto` picks it where dockerd is absent; root, `ip`,
+`iptables`, `bwrap` and `setpriv` needed): the server runs in its own network namespace joined to the
+host by a veth pair on a private /30 (the host reaches it at the namespace's address; a host firewall
+rule admits only replies from it and nothing is forwarded), inside bubblewrap with a fresh root that
+holds only what a server needs, read-only: /usr, /lib*, /bin, /sbin, /etc, /sys, the interpreter and its
+venv, the workspace, the model and the mounts. HOME, /tmp, /run and /dev/shm are fresh tmpfs; the
+harness, the logs, the signing key, the held prompts and other builds' trees are not there at all.
+Inside, `setpriv` drops to uid/gid 10001 with no capabilities (bounding set cleared, no_new_privs) before
+the server starts, so even a path that is bound is only as readable as it is to an unprivileged user.
+GPU device nodes (/dev/nvidia*) are bound when the spec asks for GPUs. No memory/CPU/pids limits.
+
+Either way the server's working directory is an empty folder outside the campaign's log folder
+(`server_cwd`), so nothing it writes by a relative path lands beside the log.
 """
 
 from __future__ import annotations
@@ -33,7 +40,26 @@ import psutil
 from sandbox.base import Launch
 from sandbox.errors import BackendUnavailable, LaunchFailed
 
-__all__ = ["LocalBackend", "LocalRunning"]
+__all__ = ["LocalBackend", "LocalRunning", "server_cwd", "SERVER_CWD_ROOT"]
+
+# Servers' working directories: one empty folder per server log, named by a hash of the log's path, plus
+# a record beside it (outside the folder the server can write) of which log folder it belongs to; the reaper
+# finds a dead campaign's servers by it (sandbox/reap.py).
+SERVER_CWD_ROOT = Path(os.environ.get("RATCHET_SERVER_CWD", "/tmp/ratchet-servers"))
+
+
+def server_cwd(log_path: Path) -> Path:
+    import hashlib
+
+    owner = log_path.resolve().parent
+    key = hashlib.sha256(str(log_path.resolve()).encode()).hexdigest()[:20]
+    SERVER_CWD_ROOT.mkdir(parents=True, exist_ok=True, mode=0o755)
+    cwd = SERVER_CWD_ROOT / key
+    if cwd.exists():
+        shutil.rmtree(cwd, ignore_errors=True)   # a previous server of this log path: start empty
+    cwd.mkdir(mode=0o700)
+    (SERVER_CWD_ROOT / f"{key}.owner").write_text(str(owner))
+    return cwd
 
 _STOP_GRACE_S = 15.0
 _HALTED = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
@@ -187,22 +213,66 @@ class _Netns:
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=30)
 
 
-def _bwrap_argv(launch: Launch) -> list[str]:
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--tmpfs", "/run", "--tmpfs", "/dev/shm", "--dir", "/tmp/home"]
-    # Paths that /tmp or /run now hide come back read-only: the tree, the mounts, the interpreter's
-    # environment (a venv under /tmp, as in a CI clone there) and any file the command line names.
+SANDBOX_UID = 10001
+SANDBOX_HOME = "/tmp/home"
+# The system's read-only parts a Python server needs (the loader, libraries, CA/locale/config files, CPU
+# topology in /sys that vLLM's CPU backend reads); anything else comes in only by name.
+_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc", "/sys")
+
+
+def _interpreter_paths(python: str) -> list[Path]:
+    """The venv the server's interpreter belongs to, and the base installation it links to."""
+    exe = Path(python)
+    out = [exe.parent.parent]
+    real = exe.resolve()
+    out.append(real.parent.parent)
+    return out
+
+
+def _parents(path: Path, made: set[Path]) -> list[str]:
+    """bwrap creates a bind's missing parents mode 0700, which uid 10001 cannot traverse: make them 0755
+    (empty directories of the sandbox's own root; the host's parents, such as /root, are not exposed)."""
+    out: list[str] = []
+    for parent in reversed(path.parents[:-1]):
+        if parent in made or str(parent) in ("/tmp", "/run"):
+            continue
+        made.add(parent)
+        out += ["--perms", "0755", "--dir", str(parent)]
+    return out
+
+
+def _gpu_nodes() -> list[Path]:
+    return sorted(p for p in Path("/dev").glob("nvidia*") if p.exists())
+
+
+def _bwrap_argv(launch: Launch, *, gpus: int = 0) -> list[str]:
+    argv = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run",
+            "--perms", "1777", "--tmpfs", "/dev/shm",
+            "--dir", SANDBOX_HOME, "--chmod", "0777", SANDBOX_HOME]
+    for system in _SYSTEM_PATHS:
+        if Path(system).is_symlink():        # merged /usr: /bin -> usr/bin
+            argv += ["--symlink", os.readlink(system), system]
+        elif Path(system).exists():
+            argv += ["--ro-bind", system, system]
+    # The tree, the model and mounts, the interpreter and venv, and any file the command line names: the
+    # same paths inside, read-only. Nothing else of the host's filesystem exists in there.
     named = [Path(a) for a in launch.argv if a.startswith("/") and Path(a).exists()]
-    venv = Path(launch.argv[0]).parent.parent
-    seen: set[Path] = set()
-    for path in (launch.workspace, *(m.source for m in launch.mounts), venv, *named):
-        resolved = Path(path).resolve()
-        if (resolved.is_relative_to("/tmp") or resolved.is_relative_to("/run")) and resolved not in seen \
-                and not any(resolved.is_relative_to(s) for s in seen):
-            seen.add(resolved)
-            argv += ["--ro-bind", str(resolved), str(resolved)]
-    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--cap-drop", "ALL",
-             "--chdir", "/tmp", "--"]
+    wanted = [launch.workspace, *(m.source for m in launch.mounts), *_interpreter_paths(launch.argv[0]), *named]
+    seen: list[Path] = []
+    made: set[Path] = set()
+    for path in sorted({Path(p).resolve() for p in wanted}, key=lambda p: len(p.parts)):
+        if any(path.is_relative_to(s) for s in seen) or any(path.is_relative_to(s) for s in _SYSTEM_PATHS):
+            continue
+        seen.append(path)
+        argv += _parents(path, made) + ["--ro-bind", str(path), str(path)]
+    if gpus:
+        for node in _gpu_nodes():
+            argv += ["--dev-bind", str(node), str(node)]
+    argv += ["--chdir", "/tmp", "--",
+             # root inside only long enough to mount; the server itself runs unprivileged
+             "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     args = list(launch.argv)
     for i, arg in enumerate(args[:-1]):
         if arg == "--host" and args[i + 1] in ("127.0.0.1", "localhost"):
@@ -216,20 +286,23 @@ def _netns_env(env: dict[str, str], workspace: Path) -> dict[str, str]:
     if home:
         for key, value in env.items():
             if value == home or value.startswith(home.rstrip("/") + "/"):
-                out[key] = "/tmp/home" + value[len(home.rstrip("/")):]
+                out[key] = SANDBOX_HOME + value[len(home.rstrip("/")):]
     out["PYTHONPATH"] = str(workspace)
+    out["USER"] = out["LOGNAME"] = "sandbox"    # getpass.getuser() (torch's cache paths) finds no passwd entry
+    out["TMPDIR"] = "/tmp"
     return out
 
 
 class LocalBackend:
     name = "local"
 
-    def __init__(self, *, isolation: Literal["none", "netns"] = "none") -> None:
+    def __init__(self, *, isolation: Literal["none", "netns"] = "none", gpus: int = 0) -> None:
         self.isolation = isolation
+        self.gpus = gpus
 
     @classmethod
     def from_spec(cls, config: Any) -> LocalBackend:
-        return cls(isolation=getattr(config, "local_isolation", "none"))
+        return cls(isolation=getattr(config, "local_isolation", "none"), gpus=getattr(config, "gpus", 0))
 
     def start(self, launch: Launch) -> LocalRunning:
         if self.isolation == "netns":
@@ -237,26 +310,40 @@ class LocalBackend:
         return self._start_plain(launch)
 
     @staticmethod
-    def check_netns() -> None:
+    def check_netns(*, gpus: int = 0) -> None:
+        """What this host lacks for the bwrap backend, as BackendUnavailable; probes a real sandbox."""
         if os.geteuid() != 0:
-            raise BackendUnavailable("local netns isolation needs root (ip netns, iptables); run as root or "
-                                     "use sandbox.local_isolation: none")
-        for tool, package in (("ip", "iproute2"), ("bwrap", "bubblewrap"), ("iptables", "iptables")):
+            raise BackendUnavailable("the bwrap sandbox needs root (ip netns, iptables, the uid switch); run as "
+                                     "root or use the docker backend")
+        for tool, package in (("ip", "iproute2"), ("bwrap", "bubblewrap"), ("iptables", "iptables"),
+                              ("setpriv", "util-linux")):
             if shutil.which(tool) is None:
                 raise BackendUnavailable(f"{tool} not found; apt-get install -y {package}")
+        if gpus and not _gpu_nodes():
+            raise BackendUnavailable("the spec asks for GPUs but /dev/nvidia* does not exist on this host")
+        probe = Launch(name="probe", argv=("/usr/bin/true",), workspace=Path("/usr"), env={}, port=0,
+                       log_path=Path("/dev/null"))
+        try:
+            proc = subprocess.run(_bwrap_argv(probe), capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BackendUnavailable(f"bwrap could not start a sandbox here: {exc}") from exc
+        if proc.returncode != 0:
+            raise BackendUnavailable(f"bwrap could not start a sandbox here (mount namespaces refused?): "
+                                     f"{proc.stderr.strip()[-300:]}")
 
     def _start_netns(self, launch: Launch) -> LocalRunning:
-        self.check_netns()
+        self.check_netns(gpus=self.gpus)
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cwd = server_cwd(launch.log_path)
         launch_id = secrets.token_hex(4)
         host_ip, ns_ip = _free_slash30()
         ns = _Netns(name=f"rt-{launch_id}", host_if=f"rth{launch_id}", host_ip=host_ip, ns_ip=ns_ip,
                     tag=f"ratchet:rt-{launch_id}")
-        argv = ["ip", "netns", "exec", ns.name, *_bwrap_argv(launch)]
+        argv = ["ip", "netns", "exec", ns.name, *_bwrap_argv(launch, gpus=self.gpus)]
         try:
             ns.up()
             with open(launch.log_path, "ab") as log:
-                process = subprocess.Popen(argv, env=_netns_env(launch.env, launch.workspace),
+                process = subprocess.Popen(argv, env=_netns_env(launch.env, launch.workspace), cwd=cwd,
                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                            start_new_session=True)
         except BaseException as exc:
@@ -266,7 +353,7 @@ class LocalBackend:
             raise
         time.sleep(0.05)
         return LocalRunning(launch=launch, process=process, base_url=f"http://{ns_ip}:{launch.port}",
-                            isolation="local-netns+bwrap", _cleanup=ns.down,
+                            isolation="bwrap (netns, uid 10001)", _cleanup=ns.down,
                             netns={"name": ns.name, "host_if": ns.host_if, "host_ip": host_ip,
                                    "ns_ip": ns_ip})
 
@@ -274,8 +361,9 @@ class LocalBackend:
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(launch.env)
         env["PYTHONPATH"] = str(launch.workspace)
-        # A fresh, empty working directory: nothing but the workspace can be imported implicitly.
-        cwd = launch.log_path.parent
+        # A fresh, empty working directory outside the log folder: nothing but the workspace can be
+        # imported implicitly, and nothing written by a relative path lands beside the audit log.
+        cwd = server_cwd(launch.log_path)
         log = open(launch.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
             process = subprocess.Popen(

@@ -61,7 +61,7 @@ def test_a_netns_candidate_is_reachable_but_reaches_nothing(
             "--targets",
             ",".join(targets),
         ) as server:
-            assert server.evidence["isolation"] == "local-netns+bwrap"
+            assert server.evidence["isolation"] == "bwrap (netns, uid 10001)"
             report = httpx.get(f"{server.base_url}/report", timeout=10).json()
             name = server.running.describe()["netns"]["name"]  # type: ignore[index]
             assert name in _netns_names()
@@ -94,3 +94,34 @@ def test_a_stuck_netns_candidate_is_cleaned_up(fake_tree: Path, fake_model: Path
     ):
         pass
     assert _netns_names() == before
+
+
+def test_a_bwrap_candidate_sees_no_key_log_prompts_or_other_tree(
+    fake_tree: Path, fake_model: Path, tmp_path: Path
+) -> None:
+    """Only the paths a server needs exist in there, and it runs as uid 10001: a world-readable log, the
+    held prompts, another build's tree and the harness are absent; root's 0600 key is unreadable even if
+    it were bound. The host's own files were made readable first, so absence is the sandbox's doing."""
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "signing.key").write_text("key")
+    (secrets_dir / "signing.key").chmod(0o600)
+    log = tmp_path / "log" / "audit.jsonl"
+    log.parent.mkdir()
+    log.write_text("{}")
+    other = tmp_path / "other-tree" / "vllm"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    repo = Path(__file__).resolve().parents[2]
+    targets = [secrets_dir / "signing.key", log, other / "__init__.py",
+               repo / "experiments" / "prompts" / "gemma4-tiny-parity.jsonl", repo / "harness" / "bench.py",
+               Path("/root/.ssh/id_rsa")]
+    for path in targets[1:5]:
+        assert path.read_bytes() is not None   # readable on the host
+    with _serve(fake_tree, fake_model, tmp_path / "run" / "read.log", "--attack", "read", "--targets",
+                ",".join(map(str, targets))) as s:
+        report = httpx.get(f"{s.base_url}/report", timeout=10).json()
+    assert report["uid"] == 10001, report
+    for path in targets:
+        assert report[str(path)] in ("ENOENT", "EACCES"), (path, report)
+    assert not report["cwd"].startswith(str(tmp_path)), report

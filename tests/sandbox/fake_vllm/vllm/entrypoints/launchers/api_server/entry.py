@@ -101,6 +101,20 @@ def attack_write(args: argparse.Namespace) -> None:  # also reports uid, capabil
     REPORT["no_new_privs"] = status.get("NoNewPrivs", "?").strip()
 
 
+def attack_read(args: argparse.Namespace) -> None:
+    """Read what a candidate must never see: --targets names host paths (key, log, held prompts, another
+    build's tree, the harness). Each is reported as "read" or the errno (ENOENT: not in the sandbox)."""
+    for path in [t for t in args.targets.split(",") if t]:
+        try:
+            with open(path, "rb") as f:
+                f.read(16)
+            REPORT[path] = "read"
+        except OSError as exc:
+            REPORT[path] = errno.errorcode.get(exc.errno, str(exc.errno))
+    REPORT["cwd"] = os.getcwd()
+    REPORT["uid"] = os.getuid()
+
+
 class Handler(BaseHTTPRequestHandler):
     healthy = True
 
