@@ -217,10 +217,13 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
 
-def reap_leftovers(log_dir: Path) -> list[int]:
-    """Kill servers a crashed campaign left behind: they run with their working directory inside the
-    campaign's runs/ folder (and in their own sessions, so the crash did not take them down)."""
-    return reap_under(log_dir / "runs")
+def reap_leftovers(log_dir: Path) -> tuple[list[int], int]:
+    """Kill servers a crashed campaign left behind (they run in their own sessions, so the crash did not
+    take them down): local processes by their working directory (sandbox/reap.py), containers by the log
+    folder on their label. Returns (pids, containers removed)."""
+    from sandbox.docker_backend import reap_containers_under
+
+    return reap_under(log_dir / "runs"), reap_containers_under(log_dir / "runs")
 
 
 def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
@@ -232,7 +235,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     spec = CampaignSpec.model_validate(journal.spec)
     preflight(spec.executor)
     policy = load_policy(spec.policy)
-    leftovers = reap_leftovers(log_dir)
+    leftovers, containers = reap_leftovers(log_dir)
     measurement = digest_roots(measurement_roots())
     if journal.measurement_sha256 and journal.measurement_sha256 != measurement.sha256:
         raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
@@ -245,6 +248,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         ws.reset(journal.incumbent_ref)
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))
         writer.append("campaign.resume", payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
+                                                  "reaped_containers": containers,
                                                   "next_iteration": max(journal.last_iteration,
                                                                         journal.open_iteration or 0) + 1})
         spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed

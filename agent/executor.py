@@ -98,7 +98,10 @@ def evaluate(job: EvalJob, *, executor: str = "local", progress: Progress = lamb
     # Written first, so an operator (or the fault test) can see which process holds which evaluation.
     (job.attempt_dir / f"placement-attempt{job.attempt}.json").write_text(json.dumps(placement))
     if job.attempt > 1:   # a dead attempt's servers may still hold the ports on this host
+        from sandbox.docker_backend import reap_containers_under
+
         placement["reaped_pids"] = reap_under(job.work_dir)
+        placement["reaped_containers"] = reap_containers_under(job.work_dir)
     t0 = time.monotonic()
     result = ab_compare(backend_from_config(job.sandbox), job.a, job.b, server=job.server, bench=job.bench,
                         stats_cfg=job.stats, parity=job.parity, work_dir=job.attempt_dir,

@@ -153,7 +153,8 @@ def _html(summary: Summary, status: str, ok: bool) -> str:
     hashes = "<br>".join(escape(h) for h in summary.policy_hashes) or "none recorded"
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ratchet report {escape(summary.campaign)}"
-        f"</title><style>{style}</style></head><body><h1>Campaign {escape(summary.campaign)}</h1>"
+        f"</title><style>{style}</style></head><body><h1>Campaign {escape(summary.campaign)}"
+        f"{' (isolation: ' + escape(summary.isolation) + ')' if summary.isolation else ''}</h1>"
         f"<p class='{'ok' if ok else 'bad'}'>{escape(status)}</p>"
         + (f"<p class='{'bad' if summary.ending.startswith('not-shown') else 'ok'}'>Verdict: "
            f"{escape(summary.ending)}</p>" if summary.ending else "<p>Verdict: the campaign has not ended</p>")
@@ -168,7 +169,7 @@ def _html(summary: Summary, status: str, ok: bool) -> str:
 def _markdown(summary: Summary, status: str) -> str:
     accepted = [i for i, r in summary.iterations if r.accepted]
     lines = [
-        f"# Campaign {summary.campaign}",
+        f"# Campaign {summary.campaign}" + (f" (isolation: {summary.isolation})" if summary.isolation else ""),
         "",
         f"- Verdict: {summary.ending or 'the campaign has not ended'}",
         f"- Log: {status}",

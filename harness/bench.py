@@ -2,6 +2,11 @@
 
 "Prefill" throughput is measured, not derived: a cell with output length 1 is a prefill-only run,
 and its throughput is input tokens / wall time of that run (reported as `prefill_tok_s`).
+
+Every run saves its requests' generated texts (`--save-detailed`): harness/workload.py compares them
+between the two builds of an A/B, request by request. With `benchmark.dataset: copy-task` the harness
+writes each (cell, repeat)'s prompts itself (harness/datasets.py), so it knows what every request asked.
+The client's reported duration is checked against the harness's own clock around the run.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.config import BenchmarkConfig, Cell
+from harness.datasets import write_copy_task
 from harness.errors import BenchmarkFailed, MalformedBenchResult
 
 __all__ = ["BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
@@ -79,6 +85,12 @@ class CellRun:
     job: BenchJob
     result: BenchResult
     wall_s: float
+    prompts: tuple[str, ...] = ()       # copy-task: the prompt of each request, in order; random: unknown
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """Each request's generated text, in request order (the client keeps it)."""
+        return tuple(str(t) for t in (self.result.model_extra or {}).get("generated_texts") or ())
 
     def metrics(self) -> dict[str, float]:
         out = {k: float(getattr(self.result, k)) for k in SUMMARY_FIELDS}
@@ -86,17 +98,52 @@ class CellRun:
         return out
 
 
+def dataset_path(job: BenchJob, result_dir: Path) -> Path:
+    """One copy-task prompt file per (cell, repeat): both builds of an A/B read the same requests."""
+    return result_dir / f"prompts-in{job.cell.input_len}-out{job.cell.output_len}-r{job.repeat}.jsonl"
+
+
 def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename: str) -> list[str]:
+    if config.dataset == "copy-task":
+        dataset = ["--dataset-name", "custom", "--dataset-path", str(dataset_path(job, result_dir)),
+                   "--custom-output-len", str(job.cell.output_len), "--skip-chat-template", "--disable-shuffle"]
+    else:
+        dataset = ["--dataset-name", "random", "--random-input-len", str(job.cell.input_len),
+                   "--random-output-len", str(job.cell.output_len), "--random-range-ratio", "0"]
     return [
         "--backend", "vllm", "--base-url", job.base_url, "--model", job.model_name,
-        "--tokenizer", str(job.tokenizer), "--dataset-name", "random",
-        "--random-input-len", str(job.cell.input_len), "--random-output-len", str(job.cell.output_len),
-        "--random-range-ratio", "0", "--num-prompts", str(config.prompts_for(job.cell)),
+        "--tokenizer", str(job.tokenizer), *dataset, "--num-prompts", str(config.prompts_for(job.cell)),
         "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(config.num_warmups),
         "--ignore-eos", "--seed", str(config.seed + job.repeat), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-        "--save-result", "--result-dir", str(result_dir), "--result-filename", filename,
+        "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", filename,
     ]
+
+
+def _write_datasets(jobs: Sequence[BenchJob], config: BenchmarkConfig, work_dir: Path) -> dict[Path, tuple[str, ...]]:
+    out: dict[Path, tuple[str, ...]] = {}
+    if config.dataset != "copy-task":
+        return out
+    for job in jobs:
+        path = dataset_path(job, work_dir)
+        if path not in out:
+            out[path] = tuple(write_copy_task(path, job.cell, config.prompts_for(job.cell), seed=config.seed,
+                                              repeat=job.repeat))
+    return out
+
+
+# The client's own duration must fit inside the harness's clock from "go" to "done" (plus scheduling slack),
+# and may not be implausibly shorter: the client's start-up happens before "go", so what remains is the run.
+DURATION_SLACK_S = 2.0
+
+
+def check_duration(run: CellRun) -> None:
+    """A client that reports a shorter run than the harness timed (a patched client, a clock trick) fails."""
+    reported = run.result.duration
+    if reported > run.wall_s + DURATION_SLACK_S or reported < 0.5 * run.wall_s - 5 * DURATION_SLACK_S:
+        raise BenchmarkFailed(
+            f"{run.job.tag} {run.job.cell.label} repeat {run.job.repeat}: the client reported {reported:.2f} s, "
+            f"the harness timed {run.wall_s:.2f} s from go to done: the measurement is not trustworthy")
 
 
 def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
@@ -134,6 +181,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
     for name in files:
         (work_dir / name).unlink(missing_ok=True)
     argvs = [job_argv(job, config, work_dir, name) for job, name in zip(jobs, files, strict=True)]
+    prompts = _write_datasets(jobs, config, work_dir)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=work_dir, delete=False) as f:
         json.dump(argvs, f)
     log_path = work_dir / "client.log"
@@ -166,8 +214,9 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     if check_alive:
                         check_alive(job)
                     result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
-                    run = CellRun(job=job, result=result,
-                                  wall_s=time.monotonic() - started)
+                    run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
+                                  prompts=prompts.get(dataset_path(job, work_dir), ()))
+                    check_duration(run)
                     runs.append(run)
                     if on_done:
                         on_done(run)

@@ -69,6 +69,9 @@ class BenchmarkConfig(BaseModel):
         """The repeats of the A/Bs a verdict rests on: confirmation and final comparison."""
         return self.confirm_repeats or 2 * self.repeats
     seed: int = 0
+    dataset: Literal["random", "copy-task"] = Field(default="random", description=(
+        "random: the client's random token ids; copy-task: prompts of the embedded checkpoint's task "
+        "(harness/datasets.py), whose every output token is confident, so workload parity judges them all"))
     run_timeout_s: float = Field(default=600.0, gt=0)
 
     @field_validator("input_lens", "output_lens")
@@ -104,7 +107,16 @@ class ParityConfig(BaseModel):
     max_tokens: PositiveInt = 64
     top_logprobs: Annotated[int, Field(ge=2, le=20)] = 2
     seed: int = 0
-    concurrency: PositiveInt = 16
+    concurrency: PositiveInt | None = Field(default=None, description=(
+        "held prompts in flight at once; default: the benchmark's max_concurrency, so batches form as measured"))
+    batch_of_one: Annotated[int, Field(ge=0)] = Field(default=4, description=(
+        "the longest held prompts also sent one at a time (another batch shape, the longest contexts alone)"))
+    tie_margin: Annotated[float, Field(gt=0)] = Field(default=1.0, description=(
+        "workload parity: a benchmark request whose output diverges where the reference's top-1/top-2 margin is "
+        "at least this (nats) fails parity; below it, the divergence is counted as a tie flip"))
+    uncovered: str | None = Field(default=None, description=(
+        "why the held prompts may not cover the grid's input lengths (e.g. a parity.model whose context is "
+        "shorter than the grid); without it a spec whose prompts are too few or too short is refused"))
     request_timeout_s: float = Field(default=300.0, gt=0)
     logprob_tolerance: Annotated[float, Field(gt=0)] | None = Field(default=DEFAULT_LOGPROB_TOLERANCE, description=(
         "the largest top-k logprob difference (nats) from the reference that parity allows where the greedy "
@@ -131,6 +143,23 @@ class ParityConfig(BaseModel):
         except EngineArgRejected as exc:
             raise ValueError(str(exc)) from None
         return self
+
+    def coverage_gaps(self, bench: BenchmarkConfig, lengths: list[int]) -> list[str]:
+        """What the held prompts (of `lengths` tokens) miss of the grid: every input length needs at least
+        two prompts that long, the longest prompt plus max_tokens must reach the longest input plus its
+        longest output, and there must be enough prompts to fill a batch at the benchmark's concurrency."""
+        gaps = []
+        for n in bench.input_lens:
+            have = sum(1 for length in lengths if length >= n)
+            if have < 2:
+                gaps.append(f"input length {n}: {have} held prompt(s) of >= {n} tokens, need 2")
+        reach = max(lengths, default=0) + self.max_tokens
+        need = max(bench.input_lens) + max(bench.output_lens)
+        if reach < need:
+            gaps.append(f"longest prompt + max_tokens = {reach} tokens, the grid reaches {need}")
+        if len(lengths) < bench.max_concurrency:
+            gaps.append(f"{len(lengths)} held prompts cannot fill a batch of max_concurrency {bench.max_concurrency}")
+        return gaps
 
 
 class StatsConfig(BaseModel):

@@ -7,6 +7,7 @@ evidence of what each server imported, and runs the pristine benchmark client ho
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -15,9 +16,10 @@ from pathlib import Path
 from harness.bench import BenchJob, CellRun, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
 from harness.integrity import MeasurementDigest, check_unchanged, digest_roots, measurement_roots
-from harness.parity import Generation, ParityReport, compare, generate, load_prompts
+from harness.parity import Generation, ParityReport, compare, held_generations, load_prompts
 from harness.server import Server, serve
 from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
+from harness.workload import compare_workload
 from sandbox.base import Backend
 
 __all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric", "parity_server",
@@ -150,11 +152,13 @@ def parity_server(backend: Backend, build: Build, *, server: ServerConfig, parit
 
 
 def _generate_on_parity_model(backend: Backend, build: Build, *, server: ServerConfig, parity: ParityConfig,
-                              work_dir: Path, cache_dir: Path, progress: Progress) -> list[Generation]:
+                              work_dir: Path, cache_dir: Path, progress: Progress,
+                              concurrency: int) -> list[Generation]:
     progress(f"parity: starting a {build.tag} server on {parity.model}")
     with parity_server(backend, build, server=server, parity=parity, work_dir=work_dir, cache_dir=cache_dir) as srv:
         progress(f"parity server {build.tag} ready in {srv.startup_s:.1f} s; generating")
-        return generate(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity)
+        return held_generations(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity,
+                                concurrency=concurrency)
 
 
 def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench: BenchmarkConfig,
@@ -165,7 +169,7 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
     if parity is not None and parity.model is not None:
         generations = _generate_on_parity_model(backend, build, server=server, parity=parity, work_dir=work_dir,
                                                 cache_dir=cache_dir_for(build, cache_dir / "parity"),
-                                                progress=progress)
+                                                progress=progress, concurrency=bench.max_concurrency)
     progress(f"starting server for {build.tag}")
     with serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
                log_path=work_dir / f"server-{build.tag}.log",
@@ -174,7 +178,8 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
         result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence, generations=generations)
         if parity is not None and parity.model is None:
             progress("parity: generating the reference")
-            result.generations = generate(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity)
+            result.generations = held_generations(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity,
+                                                  concurrency=bench.max_concurrency)
         jobs = _jobs(cells, [(build.tag, srv)], server.model, bench.repeats)
         result.runs = run_jobs(jobs, bench, work_dir=work_dir / f"bench-{build.tag}", on_done=on_run,
                                check_alive=_alive_check({build.tag: srv}))
@@ -223,7 +228,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         gens = {build.tag: _generate_on_parity_model(
                     backend, build, server=server.model_copy(update={"port": ports[build.tag]}) if ports else server,
                     parity=parity, work_dir=work_dir, cache_dir=cache_dir_for(build, cache_dir / "parity"),
-                    progress=progress)
+                    progress=progress, concurrency=bench.max_concurrency)
                 for build in ((b,) if reference else (a, b))}
         report = compare(reference or gens[a.tag], gens[b.tag], logprob_tolerance=parity.logprob_tolerance)
         progress(report.summary())
@@ -244,8 +249,10 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         if parity is not None and parity.model is None:
             progress("parity: generating on B" + ("" if reference else " and A"))
             prompts = load_prompts(parity.prompts)
-            ref = reference or generate(servers[a.tag].base_url, server.served_model_name, prompts, parity)
-            cand = generate(servers[b.tag].base_url, server.served_model_name, prompts, parity)
+            ref = reference or held_generations(servers[a.tag].base_url, server.served_model_name, prompts, parity,
+                                                concurrency=bench.max_concurrency)
+            cand = held_generations(servers[b.tag].base_url, server.served_model_name, prompts, parity,
+                                    concurrency=bench.max_concurrency)
             report = compare(ref, cand, logprob_tolerance=parity.logprob_tolerance)
             progress(report.summary())
         ga = GridResult(build=a, startup_s=servers[a.tag].startup_s, evidence=servers[a.tag].evidence)
@@ -261,5 +268,11 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         check_unchanged(expected, roots, when="while the builds were served and measured")
         for run in runs:
             (ga if run.job.tag == a.tag else gb).runs.append(run)
+        if report is not None and {**server.engine_args, **b.engine_args}.get("load_format") != "dummy":
+            # Dummy speed weights make every logprob equal: their outputs are ties by construction.
+            workload = compare_workload(ga.runs, gb.runs, tokenizer=server.model, reference_url=servers[a.tag].base_url,
+                                        model=server.served_model_name, tie_margin=parity.tie_margin if parity else 1.0)
+            report = dataclasses.replace(report, workload=workload)
+            progress(workload.summary())
     cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)
     return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)

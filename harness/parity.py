@@ -18,13 +18,18 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from harness.config import ParityConfig
 from harness.errors import ParityError
 
+if TYPE_CHECKING:
+    from harness.workload import WorkloadReport
+
 __all__ = ["Prompt", "Generation", "PromptVerdict", "Drift", "ParityReport", "load_prompts", "generate",
+           "held_generations", "SOLO_SUFFIX",
            "compare", "max_drift", "save_reference", "load_reference", "tokens_digest"]
 
 
@@ -75,6 +80,7 @@ class ParityReport:
     candidate_digest: str
     drift: Drift | None = None
     tolerance: float | None = None          # None: logprobs not judged
+    workload: WorkloadReport | None = None  # the benchmark's own requests, compared after the A/B runs
 
     @property
     def drift_ok(self) -> bool:
@@ -83,13 +89,21 @@ class ParityReport:
     @property
     def ok(self) -> bool:
         return all(v.match for v in self.verdicts) and self.reference_digest == self.candidate_digest \
-            and self.drift_ok
+            and self.drift_ok and (self.workload is None or self.workload.ok)
 
     @property
     def mismatches(self) -> list[PromptVerdict]:
         return [v for v in self.verdicts if not v.match]
 
     def summary(self) -> str:
+        held = self._held_summary()
+        if self.workload is None:
+            return held
+        if not self.workload.ok and held.startswith("parity ok"):
+            return f"parity broken by the benchmark's own requests: {self.workload.summary()} (held prompts: {held})"
+        return f"{held}; {self.workload.summary()}"
+
+    def _held_summary(self) -> str:
         bad = self.mismatches
         drift = f"; logprob drift {self.drift}" + (f" (tolerance {self.tolerance:.0e})" if self.tolerance else "") \
             if self.drift is not None else ""
@@ -108,7 +122,8 @@ class ParityReport:
     def to_json(self) -> dict[str, object]:
         return {"ok": self.ok, "reference_digest": self.reference_digest, "candidate_digest": self.candidate_digest,
                 "drift": asdict(self.drift) if self.drift else None, "logprob_tolerance": self.tolerance,
-                "verdicts": [asdict(v) for v in self.verdicts]}
+                "verdicts": [asdict(v) for v in self.verdicts],
+                "workload": self.workload.to_json() if self.workload is not None else None}
 
 
 def load_prompts(path: Path) -> list[Prompt]:
@@ -170,6 +185,22 @@ def generate(base_url: str, model: str, prompts: list[Prompt], config: ParityCon
              *, concurrency: int | None = None) -> list[Generation]:
     """Greedy generations for all prompts; `concurrency=1` sends them one at a time (batch of 1)."""
     return asyncio.run(_generate_all(base_url, model, prompts, config, concurrency or config.concurrency))
+
+
+SOLO_SUFFIX = "@1"   # a held prompt's generation when it was sent alone (batch of one)
+
+
+def held_generations(base_url: str, model: str, prompts: list[Prompt], config: ParityConfig, *,
+                     concurrency: int) -> list[Generation]:
+    """What parity compares: every held prompt at the benchmark's concurrency (so batches form as in the
+    grid), then the `config.batch_of_one` longest ones again one at a time, as `<id>@1` (another batch
+    shape, and the longest contexts alone). `config.concurrency` overrides the benchmark's."""
+    gens = generate(base_url, model, prompts, config, concurrency=config.concurrency or concurrency)
+    solo = sorted(prompts, key=lambda p: (-len(p.token_ids), p.id))[: config.batch_of_one]
+    if solo:
+        gens += [Generation(prompt_id=g.prompt_id + SOLO_SUFFIX, token_ids=g.token_ids, top_logprobs=g.top_logprobs)
+                 for g in generate(base_url, model, solo, config, concurrency=1)]
+    return gens
 
 
 def max_drift(reference: list[Generation], candidate: list[Generation]) -> Drift | None:

@@ -45,6 +45,7 @@ __all__ = [
     "connect",
     "leftover_containers",
     "check_readable",
+    "reap_containers_under",
 ]
 
 LABEL = "ratchet.sandbox"  # every container and network we create carries it
@@ -193,7 +194,9 @@ def container_args(
         "name": name,
         "detach": True,
         "environment": _map_env(launch.env, image_python),
-        "labels": {LABEL: "1", f"{LABEL}.launch": launch.name, f"{LABEL}.id": launch_id},
+        # .log: the folder of the server's log, so that a resumed campaign finds what its dead run left (reap)
+        "labels": {LABEL: "1", f"{LABEL}.launch": launch.name, f"{LABEL}.id": launch_id,
+                   f"{LABEL}.log": str(launch.log_path.resolve().parent)},
         "network": network,
         "mounts": mounts,
         "read_only": True,
@@ -352,8 +355,11 @@ class DockerRunning:
         }
 
     def freeze(self) -> None:
-        """The cgroup freezer: every process of the container stops, wherever it forked to."""
-        self.container.pause()
+        """The cgroup freezer: every process of the container stops, wherever it forked to. Idempotent:
+        the same build measured twice in a row (ABBA order) freezes the other one twice."""
+        self.container.reload()
+        if self.container.status != "paused":
+            self.container.pause()
 
     def thaw(self) -> None:
         with contextlib.suppress(Exception):   # not paused (or already gone): nothing to thaw
@@ -529,6 +535,31 @@ def leftover_containers(client: Any, launch_id: str | None = None) -> list[Any]:
     """Containers (any state) that the backend created, optionally for one launch id."""
     label = f"{LABEL}.id={launch_id}" if launch_id else LABEL
     return list(client.containers.list(all=True, filters={"label": label}))
+
+
+def reap_containers_under(root: Path) -> int:
+    """Remove the containers (and their networks and firewall rules) whose server log lies under `root`:
+    what a killed campaign left running. 0 when dockerd does not answer (then there is nothing of ours)."""
+    try:
+        client = connect()
+    except BackendUnavailable:
+        return 0
+    root = root.resolve()
+    removed = 0
+    for container in leftover_containers(client):
+        log = (container.labels or {}).get(f"{LABEL}.log", "")
+        if not log or not Path(log).is_relative_to(root):
+            continue
+        launch_id = (container.labels or {}).get(f"{LABEL}.id", "")
+        _remove_quietly(container.remove, force=True, v=True)
+        removed += 1
+        listing = subprocess.run(["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30)
+        for network in client.networks.list(filters={"label": f"{LABEL}.id={launch_id}"}):
+            bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name", "")
+            if bridge and f"ratchet:{network.name}" in listing.stdout:
+                _firewall("-D", bridge, f"ratchet:{network.name}")
+            _remove_quietly(network.remove)
+    return removed
 
 
 def prune(client: Any) -> dict[str, int]:

@@ -22,7 +22,7 @@ UNISOLATED = frozenset({"unisolated"})
 # What each concrete backend isolates, in the words the log, summary and report use.
 _LABELS = {
     "docker": "docker (own network, read-only root, uid 10001, no capabilities)",
-    "bwrap": "bwrap (own network namespace, unprivileged uid, only the needed paths bound)",
+    "bwrap": "bwrap (own network namespace, uid 10001, no capabilities, only the needed paths bound)",
     "unisolated": "none (candidate code runs as this user, unisolated)",
 }
 

@@ -13,6 +13,7 @@ import json
 import time
 from pathlib import Path
 
+from agent.campaign import check_parity_coverage
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
 from agent.commands._render import ab_table, progress_bar
 from agent.replay import reduced_grid
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         check_repeats(bench.repeats)
     except ValueError as exc:
         raise SpecError(str(exc)) from None
+    check_parity_coverage(spec)
     ws = ensure_workspace(spec, workspace=args.workspace)
     work = ws.root.parent / f"{ws.root.name}.runs" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     a = _build(ws, args.baseline, "A", work)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
 from harness.measure import Build, parity_server
-from harness.parity import compare, generate, load_prompts, load_reference, save_reference
+from harness.parity import compare, generate, held_generations, load_prompts, load_reference, save_reference
 from harness.server import serve
 
 __all__ = ["register"]
@@ -50,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
                        log_path=work / "server.log", cache_dir=cache_dir)
     with server as srv:
         err_console.print(f"server ready in {srv.startup_s:.1f} s; generating {len(prompts)} prompts")
-        generations = generate(srv.base_url, srv.model_name, prompts, spec.parity,
-                               concurrency=1 if args.batch_of_one else None)
+        generations = (generate(srv.base_url, srv.model_name, prompts, spec.parity, concurrency=1)
+                       if args.batch_of_one else held_generations(srv.base_url, srv.model_name, prompts, spec.parity,
+                                                                  concurrency=spec.benchmark.max_concurrency))
     if reference is None:
         save_reference(Path(args.record), generations, prompts_path=spec.parity.prompts,
                        meta={"ref": ws.head(), "tree": ws.content_hash(), "engine_args": ws.serving_config(),

@@ -5,6 +5,7 @@
 experiments/prompts/gemma4-tiny-parity.jsonl   held set (never shown to the agent), seed 1001
 experiments/prompts/gemma4-tiny-visible.jsonl  visible set (the agent may read it), seed 2002
 
+Both sets end with prompts at the embedded grid's input lengths (128, 512, 1024; seeds 1003 / 2004).
 One JSON object per line: {"id", "mode", "periods", "prompt_token_ids", "expected_token_ids"}
 ("periods": [12] for <short>, [12, 40] for <mixed>, see task.py). Every prompt holds at least one
 full period of each stream, so all 64 continuation tokens are copy positions whose correct value
@@ -48,6 +49,27 @@ def prompt_set(prefix: str, count: int, seed: int) -> list[dict[str, object]]:
     return out
 
 
+# The embedded grid's input lengths (experiments/gemma4-tiny-cpu.yaml): parity must see the lengths the
+# benchmark measures (prefill chunking, many windows of sliding attention, long full-attention reach). The
+# model was trained on 224 positions; its copy margins stay 6-12 nats up to 4,096 (measured with the
+# transformers reference), so these prompts are as confident as the short ones.
+GRID_INPUT_LENS = (128, 512, 1024)
+
+
+def grid_set(prefix: str, per_mode: int, seed: int) -> list[dict[str, object]]:
+    """``per_mode`` prompts of each mode at every grid input length, ids ``<prefix>-in<L>-<k>``."""
+    gen = torch.Generator().manual_seed(seed)
+    periods = {"short": [SHORT_PERIOD], "mixed": [SHORT_PERIOD, LONG_PERIOD]}
+    out: list[dict[str, object]] = []
+    for length in GRID_INPUT_LENS:
+        for k in range(2 * per_mode):
+            mode = "short" if k % 2 == 0 else "mixed"
+            seq = make_sequence(mode, length + NEW_TOKENS, gen)
+            out.append({"id": f"{prefix}-in{length}-{k}", "mode": mode, "periods": periods[mode],
+                        "prompt_token_ids": seq[:length], "expected_token_ids": seq[length:]})
+    return out
+
+
 def write(path: Path, rows: list[dict[str, object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -59,5 +81,6 @@ def load(path: Path) -> list[dict[str, object]]:
 
 
 if __name__ == "__main__":
-    write(PROMPTS / "gemma4-tiny-parity.jsonl", prompt_set("held", 64, seed=1001))
-    write(PROMPTS / "gemma4-tiny-visible.jsonl", prompt_set("visible", 32, seed=2002))
+    write(PROMPTS / "gemma4-tiny-parity.jsonl", prompt_set("held", 64, seed=1001) + grid_set("held", 2, seed=1003))
+    write(PROMPTS / "gemma4-tiny-visible.jsonl",
+          prompt_set("visible", 32, seed=2002) + grid_set("visible", 1, seed=2004))

@@ -1,0 +1,164 @@
+"""Workload parity and the copy-task dataset: the benchmark's own requests compared between builds,
+divergences judged by the reference's margin asked over real HTTP, prompts of exact lengths."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from harness.bench import BenchJob, BenchResult, CellRun, check_duration, job_argv
+from harness.config import BenchmarkConfig, Cell, ParityConfig
+from harness.datasets import copy_task_prompts, write_copy_task
+from harness.errors import BenchmarkFailed
+from harness.parity import ParityReport
+from harness.workload import compare_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER = ROOT / "experiments" / "models" / "gemma4-tiny"
+CELL = Cell(input_len=128, output_len=4)
+
+
+def _result(texts: list[str], duration: float = 1.0) -> BenchResult:
+    base = {k: 1.0 for k in BenchResult.model_fields}
+    base.update(duration=duration, completed=len(texts), failed=0, total_input_tokens=128 * len(texts),
+                total_output_tokens=4 * len(texts), generated_texts=texts)
+    return BenchResult.model_validate(base)
+
+
+def _run(tag: str, texts: list[str], prompts: list[str], repeat: int = 0) -> CellRun:
+    job = BenchJob(cell=CELL, base_url="", model_name="m", tokenizer=TOKENIZER, tag=tag, repeat=repeat)
+    return CellRun(job=job, result=_result(texts), wall_s=2.0, prompts=tuple(prompts))
+
+
+@pytest.fixture
+def margin_server() -> Iterator[tuple[str, list[dict]]]:
+    """A scripted OpenAI-compatible completions endpoint: top-2 logprobs with a margin that depends on the
+    prompt's last token (t5 -> 0.01 nats, anything else -> 9 nats); records what it was asked."""
+    asked: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked.append(body)
+            second = -0.01 if body["prompt"][-1] == 5 else -9.0
+            answer = {"choices": [{"logprobs": {"top_logprobs": [{"token_id:7": 0.0, "token_id:8": second}]}}]}
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", asked
+    server.shutdown()
+
+
+def test_copy_task_prompts_have_the_cells_length_and_never_repeat() -> None:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(TOKENIZER / "tokenizer.json"))
+    a = copy_task_prompts(Cell(input_len=512, output_len=32), 16, seed=0, repeat=0)
+    assert all(len(tok.encode(p).ids) == 512 for p in a)          # <bos> included, as the server counts it
+    assert tok.encode(a[0]).ids[:2] == [2, 3] and tok.encode(a[1]).ids[:2] == [2, 4]   # <short>, <mixed>
+    assert len(set(a)) == 16
+    again = copy_task_prompts(Cell(input_len=512, output_len=32), 16, seed=0, repeat=0)
+    other_repeat = copy_task_prompts(Cell(input_len=512, output_len=32), 16, seed=0, repeat=1)
+    other_cell = copy_task_prompts(Cell(input_len=512, output_len=64), 16, seed=0, repeat=0)
+    assert a == again and not set(a) & set(other_repeat) and not set(a) & set(other_cell)
+    with pytest.raises(ValueError, match="input_len >= 42"):
+        copy_task_prompts(Cell(input_len=16, output_len=4), 2, seed=0, repeat=0)
+
+
+def test_a_copy_task_job_reads_the_harness_written_file_and_saves_outputs(tmp_path: Path) -> None:
+    bench = BenchmarkConfig(input_lens=[128], output_lens=[4], dataset="copy-task")
+    job = BenchJob(cell=CELL, base_url="http://x", model_name="m", tokenizer=TOKENIZER, tag="A", repeat=1)
+    argv = job_argv(job, bench, tmp_path, "r.json")
+    assert argv[argv.index("--dataset-name") + 1] == "custom" and "--disable-shuffle" in argv
+    assert "--save-detailed" in argv and "--skip-chat-template" in argv
+    path = Path(argv[argv.index("--dataset-path") + 1])
+    prompts = write_copy_task(path, CELL, 3, seed=bench.seed, repeat=1)
+    assert [json.loads(line)["prompt"] for line in path.read_text().splitlines()] == prompts
+    random_argv = job_argv(job, BenchmarkConfig(input_lens=[128], output_lens=[4]), tmp_path, "r.json")
+    assert random_argv[random_argv.index("--dataset-name") + 1] == "random" and "--save-detailed" in random_argv
+
+
+def test_identical_outputs_pass_and_nothing_is_asked(margin_server: tuple[str, list[dict]]) -> None:
+    url, asked = margin_server
+    prompts = copy_task_prompts(CELL, 2, seed=0, repeat=0)
+    report = compare_workload([_run("A", ["t9 t10", "t11 t12"], prompts)], [_run("B", ["t9 t10", "t11 t12"], prompts)],
+                              tokenizer=TOKENIZER, reference_url=url, model="m")
+    assert report.ok and report.requests == 2 and report.identical == 2 and asked == []
+
+
+def test_a_confident_divergence_fails_and_names_request_position_and_margin(
+        margin_server: tuple[str, list[dict]]) -> None:
+    url, asked = margin_server
+    prompts = copy_task_prompts(CELL, 2, seed=0, repeat=0)
+    report = compare_workload([_run("A", ["t9 t10 t11", "t11 t12"], prompts)],
+                              [_run("B", ["t9 t99 t11", "t11 t12"], prompts)],
+                              tokenizer=TOKENIZER, reference_url=url, model="m")
+    assert not report.ok
+    [d] = report.real_divergences
+    assert (d.request, d.position, d.reference_token, d.candidate_token) == (0, 1, 10, 99)
+    assert d.reference_margin == pytest.approx(9.0)
+    # The margin is asked at the divergence: prompt (with <bos>) plus the common prefix.
+    assert asked[0]["prompt"][-1] == 9 and asked[0]["prompt"][0] == 2 and len(asked[0]["prompt"]) == 128 + 1
+    assert "REAL divergences" in report.summary() and "in128/out4 repeat 0 request 0 at token 1" in report.summary()
+    # Folded into parity: the held prompts may agree, the verdict is still broken.
+    parity = ParityReport(verdicts=(), reference_digest="x", candidate_digest="x", workload=report)
+    assert not parity.ok and parity.summary().startswith("parity broken by the benchmark's own requests")
+
+
+def test_a_tie_flip_is_counted_not_failed(margin_server: tuple[str, list[dict]]) -> None:
+    url, _ = margin_server
+    prompts = copy_task_prompts(CELL, 1, seed=0, repeat=0)
+    report = compare_workload([_run("A", ["t5 t10"], prompts)], [_run("B", ["t5 t11"], prompts)],
+                              tokenizer=TOKENIZER, reference_url=url, model="m")
+    assert report.ok and len(report.ties) == 1 and report.ties[0].reference_margin == pytest.approx(0.01)
+
+
+def test_a_margin_that_cannot_be_asked_fails_closed() -> None:
+    prompts = copy_task_prompts(CELL, 1, seed=0, repeat=0)
+    report = compare_workload([_run("A", ["t5 t10"], prompts)], [_run("B", ["t5 t11"], prompts)],
+                              tokenizer=TOKENIZER, reference_url="http://127.0.0.1:9", model="m", timeout_s=2)
+    assert not report.ok and report.divergences[0].reference_margin is None
+
+
+def test_random_dataset_divergences_are_reported_unjudged() -> None:
+    report = compare_workload([_run("A", ["t5 t10"], [])], [_run("B", ["t5 t11"], [])], tokenizer=TOKENIZER)
+    assert report.ok and not report.judged and "not judged" in report.summary()
+
+
+def test_a_run_without_outputs_fails_a_judged_comparison() -> None:
+    prompts = copy_task_prompts(CELL, 1, seed=0, repeat=0)
+    report = compare_workload([_run("A", ["t5"], prompts)], [_run("B", [], prompts)], tokenizer=TOKENIZER)
+    assert not report.ok and report.missing == ("in128/out4#r0",)
+
+
+def test_a_client_duration_the_harness_clock_contradicts_fails() -> None:
+    job = BenchJob(cell=CELL, base_url="", model_name="m", tokenizer=TOKENIZER, tag="B", repeat=0)
+    check_duration(CellRun(job=job, result=_result(["t5"], duration=9.0), wall_s=10.0))   # plausible
+    with pytest.raises(BenchmarkFailed, match="reported 30.00 s, the harness timed 10.00 s"):
+        check_duration(CellRun(job=job, result=_result(["t5"], duration=30.0), wall_s=10.0))
+    with pytest.raises(BenchmarkFailed, match="reported 1.00 s"):
+        check_duration(CellRun(job=job, result=_result(["t5"], duration=1.0), wall_s=60.0))
+
+
+def test_held_prompts_must_cover_the_grid() -> None:
+    bench = BenchmarkConfig(input_lens=[128, 1024], output_lens=[64], max_concurrency=8)
+    parity = ParityConfig(prompts=Path("p.jsonl"), max_tokens=64)
+    assert parity.coverage_gaps(bench, [1024, 1024, 200, 160] + [16] * 8) == []
+    gaps = parity.coverage_gaps(bench, [160, 200, 900] + [16] * 2)
+    assert any("input length 1024: 0 held prompt(s)" in g for g in gaps)
+    assert any("longest prompt + max_tokens = 964 tokens, the grid reaches 1088" in g for g in gaps)
+    assert any("5 held prompts cannot fill a batch of max_concurrency 8" in g for g in gaps)
