@@ -1,17 +1,22 @@
 """Where the time goes: vLLM's torch profiler around one prefill run and one decode-heavy run.
 
-The server is started with `--profiler-config` (torch profiler, traces to a directory); the harness
-calls /start_profile and /stop_profile around a pristine benchmark run, then reads the Chrome traces
+The server is started with `--profiler-config` (torch profiler, traces to a directory of its own sandbox);
+the harness calls /start_profile and /stop_profile around a pristine benchmark run, copies the traces out
+(Running.collect: regular files only, size-capped), then reads the Chrome traces
 and ranks ops (CPU) and kernels (GPU) by *self* time — what the agent and a reviewer need to pick a
 target. "prefill" = a run of (input_len, output 1); "decode" = a run of (16-token prompts, output_len).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
+import secrets
+import shutil
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +92,10 @@ def top_ops(events: list[dict[str, object]], limit: int = 15) -> list[OpTime]:
 
 def profile_cell(backend: Backend, *, tree: Path, engine_args: dict[str, object], server: ServerConfig,
                  bench: BenchmarkConfig, cell: Cell, work_dir: Path, cache_dir: Path) -> list[Profile]:
-    trace_root = (work_dir / "traces").resolve()
-    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": str(trace_root),
+    # The server writes its traces inside its own sandbox (/tmp there); the harness copies them out after each
+    # phase (regular files only, size-capped): a candidate's server never writes into the log folder.
+    inner = f"/tmp/ratchet-traces-{secrets.token_hex(4)}"
+    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": inner,
                            "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True})
     small = bench.model_copy(update={"num_prompts": min(bench.num_prompts, 8), "num_warmups": 1})
     phases = (("prefill", Cell(input_len=cell.input_len, output_len=1)),
@@ -96,38 +103,46 @@ def profile_cell(backend: Backend, *, tree: Path, engine_args: dict[str, object]
     profiles = []
     with serve(backend, tree=tree, config=server, engine_args=engine_args, log_path=work_dir / "server.log",
                cache_dir=cache_dir, extra_argv=("--profiler-config", profiler)) as srv:
+        seen: set[str] = set()
         for phase, phase_cell in phases:
             job = BenchJob(cell=phase_cell, base_url=srv.base_url, model_name=srv.model_name,
                            tokenizer=server.model, tag=phase, repeat=0)
             run_jobs([job], small, work_dir=work_dir / f"warm-{phase}")     # compile/warm outside the trace
-            before = set(trace_root.rglob("*")) if trace_root.exists() else set()
             with httpx.Client(timeout=300) as client:
                 client.post(f"{srv.base_url}/start_profile").raise_for_status()
                 run_jobs([job], small, work_dir=work_dir / f"bench-{phase}")
                 client.post(f"{srv.base_url}/stop_profile").raise_for_status()
-            new = _wait_for_new_traces(trace_root, before)
             phase_dir = work_dir / f"trace-{phase}"
+            new = _wait_for_new_traces(lambda d: srv.running.collect(inner, d), work_dir / f"collect-{phase}", seen)
             phase_dir.mkdir(parents=True, exist_ok=True)
             for path in new:
                 path.rename(phase_dir / path.name)
             ops = top_ops(read_traces(phase_dir))
             profiles.append(Profile(phase=phase, cell=phase_cell, ops=tuple(ops),
                                     trace_files=tuple(str(p) for p in sorted(phase_dir.iterdir()))))
+    with contextlib.suppress(OSError):   # unisolated, the server's /tmp is the host's
+        shutil.rmtree(inner)
     return profiles
 
 
-def _wait_for_new_traces(root: Path, before: set[Path], timeout_s: float = 120.0) -> list[Path]:
-    """Traces are written asynchronously after /stop_profile; wait until new files stop growing."""
+def _wait_for_new_traces(collect: Callable[[Path], list[Path]], scratch: Path, seen: set[str],
+                         timeout_s: float = 120.0) -> list[Path]:
+    """Traces are written asynchronously after /stop_profile: collect until new files appear and stop
+    growing; `seen` holds the names of earlier phases' files."""
     deadline = time.monotonic() + timeout_s
-    last: dict[Path, int] = {}
+    last: dict[str, int] = {}
     while time.monotonic() < deadline:
-        current = {p: p.stat().st_size for p in root.rglob("*") if p.is_file() and p not in before} \
-            if root.exists() else {}
-        if current and current == last:
-            return sorted(current)
-        last = current
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        files = [p for p in collect(scratch) if p.name not in seen]
+        sizes = {p.name: p.stat().st_size for p in files}
+        if files and sizes == last:
+            seen.update(sizes)
+            return files
+        last = sizes
         time.sleep(1.0)
-    raise HarnessError(f"no profiler trace appeared under {root} within {timeout_s:.0f} s; read the server log")
+    raise HarnessError(f"no profiler trace appeared in the server's sandbox within {timeout_s:.0f} s; read the "
+                       "server log")
 
 
 def render_profiles(profiles: list[Profile]) -> str:

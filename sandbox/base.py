@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["Launch", "Limits", "Mount", "Running", "Backend"]
+__all__ = ["Launch", "Limits", "Mount", "Running", "Backend", "copy_out", "COLLECT_LIMIT_BYTES"]
+
+COLLECT_LIMIT_BYTES = 512 << 20   # what collect() copies out of a sandbox at most, in all
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,37 @@ class Running(Protocol):
     # polls its queues, and a candidate could burn the shared cores exactly while the incumbent runs.
     def freeze(self) -> None: ...
     def thaw(self) -> None: ...
+    # Files the server wrote under `inner` (a path of its own view, e.g. /tmp/...), copied to `dest`: regular
+    # files only, no links, size-capped; the server never writes into the harness's folders itself.
+    def collect(self, inner: str, dest: Path) -> list[Path]: ...
 
 
 class Backend(Protocol):
     name: str
 
     def start(self, launch: Launch) -> Running: ...
+
+
+def copy_out(source: Path, dest: Path, *, limit: int = COLLECT_LIMIT_BYTES) -> list[Path]:
+    """Copy the regular files under `source` (a directory the server wrote) flat into `dest`. Symlinks,
+    devices and anything past `limit` bytes are skipped: the server chose what is there."""
+    import os
+    import shutil
+
+    dest.mkdir(parents=True, exist_ok=True)
+    out: list[Path] = []
+    total = 0
+    if not source.is_dir() or source.is_symlink():
+        return out
+    for root, dirs, files in os.walk(source, followlinks=False):
+        dirs[:] = [d for d in dirs if not (Path(root) / d).is_symlink()]
+        for name in sorted(files):
+            path = Path(root) / name
+            st = path.lstat()
+            if not path.is_file() or path.is_symlink() or total + st.st_size > limit:
+                continue
+            total += st.st_size
+            target = dest / name.replace(os.sep, "_")
+            shutil.copyfile(path, target, follow_symlinks=False)
+            out.append(target)
+    return out

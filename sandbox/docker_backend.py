@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sandbox.base import Launch, Limits
+from sandbox.base import Launch, Limits, copy_out
 from sandbox.errors import BackendUnavailable, LaunchFailed
 
 __all__ = [
@@ -318,6 +318,25 @@ class DockerRunning:
 
     def alive(self) -> bool:
         return bool(self._refresh().get("Running", False))
+
+    def collect(self, inner: str, dest: Path) -> list[Path]:
+        """The image's own tar (read-only root) streams `inner` out of the container (`docker cp` cannot read
+        the /tmp tmpfs); only regular files are extracted, through a temporary folder."""
+        import io
+        import tarfile
+        import tempfile
+
+        try:
+            code, (out, _err) = self.container.exec_run(["tar", "-c", "-C", inner, "."], demux=True)
+        except Exception:  # noqa: BLE001 - a stopped container: nothing to collect
+            return []
+        if code != 0 or not out:
+            return []
+        with tempfile.TemporaryDirectory(prefix="ratchet-collect-") as tmp, \
+                tarfile.open(fileobj=io.BytesIO(out)) as tar:
+            members = [m for m in tar.getmembers() if m.isfile()]
+            tar.extractall(tmp, members=members, filter="data")
+            return copy_out(Path(tmp), dest)
 
     def exit_code(self) -> int | None:
         state = self._refresh()

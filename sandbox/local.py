@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import psutil
 
-from sandbox.base import Launch
+from sandbox.base import Launch, copy_out
 from sandbox.errors import BackendUnavailable, LaunchFailed
 
 __all__ = ["LocalBackend", "LocalRunning", "server_cwd", "SERVER_CWD_ROOT"]
@@ -110,6 +110,20 @@ class LocalRunning:
             with contextlib.suppress(psutil.Error):
                 proc.send_signal(signal.SIGCONT)
         self._frozen = []
+
+    def collect(self, inner: str, dest: Path) -> list[Path]:
+        """Unisolated: `inner` is a host path. bwrap: it lies in the sandbox's own root, reached through the
+        innermost process's /proc/<pid>/root (the server's mount namespace)."""
+        if self.netns is None:
+            return copy_out(Path(inner), dest)
+        members = sorted(_group_members(self.process.pid), key=lambda p: p.pid)
+        for proc in reversed(members):
+            root = Path(f"/proc/{proc.pid}/root")
+            with contextlib.suppress(OSError):
+                if os.stat(root).st_dev != os.stat("/").st_dev or os.readlink(f"/proc/{proc.pid}/ns/mnt") != \
+                        os.readlink("/proc/self/ns/mnt"):
+                    return copy_out(root / inner.lstrip("/"), dest)
+        return []
 
     def stop(self) -> None:
         """Terminate the whole process group, then kill anything left (vLLM spawns engine cores)."""

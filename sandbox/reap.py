@@ -17,10 +17,11 @@ import psutil
 
 from sandbox.local import SERVER_CWD_ROOT
 
-__all__ = ["reap_under"]
+__all__ = ["reap_under", "owned_server_cwds"]
 
 
-def _owned_cwds(root: Path) -> list[Path]:
+def owned_server_cwds(root: Path) -> list[Path]:
+    """The working directories of servers whose log lies under `root`."""
     out = []
     for record in SERVER_CWD_ROOT.glob("*.owner"):
         with contextlib.suppress(OSError):
@@ -33,7 +34,7 @@ def reap_under(root: Path) -> list[int]:
     """SIGKILL every process on this host whose working directory is a server folder of a log under
     `root` (or lies under `root` itself); return their pids."""
     root = root.resolve()
-    cwds = _owned_cwds(root)
+    cwds = owned_server_cwds(root)
     killed = []
     for proc in psutil.process_iter(["pid"]):
         try:

@@ -68,11 +68,16 @@ target:
 
 
 def processes_under(directory: Path) -> list[psutil.Process]:
-    """Processes whose working directory is inside `directory` (server runs use their log folder)."""
+    """Server processes of logs inside `directory`: their working directory is the server folder the harness
+    made for that log (sandbox/local.py's server_cwd), or lies inside `directory` itself."""
+    from sandbox.reap import owned_server_cwds
+
+    roots = [directory.resolve(), *owned_server_cwds(directory)]
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            if Path(proc.cwd()).is_relative_to(directory):
+            cwd = Path(proc.cwd()).resolve()
+            if any(cwd.is_relative_to(root) for root in roots):
                 found.append(proc)
         except (psutil.Error, OSError):
             continue

@@ -35,6 +35,7 @@ def failures_of(entry: dict[str, Any]) -> list[str]:
     out = [f"before timing: {f}" for f in entry["pre"]["failures"]]
     if "timing_error" in entry:
         out.append(f"while timed: {entry['timing_error']}")
+    out += [f"the timed calls' own output: {f}" for f in entry.get("timed_outputs", {}).get("failures", [])]
     out += [f"after timing: {f}" for f in entry.get("post", {}).get("failures", [])]
     return out
 

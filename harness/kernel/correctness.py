@@ -20,7 +20,7 @@ import torch
 from harness.kernel.config import CorrectnessConfig, ShapeConfig
 from harness.kernel.reference import reference_attention
 
-__all__ = ["CheckResult", "KernelFn", "make_inputs", "check_kernel"]
+__all__ = ["CheckResult", "KernelFn", "make_inputs", "check_kernel", "OutputGuard"]
 
 KernelFn = Callable[..., Any]   # attention(q, k, v, out, *, scale, sliding_window, softcap) -> None
 
@@ -101,3 +101,35 @@ def check_kernel(fn: KernelFn, shape: ShapeConfig, cfg: CorrectnessConfig, *, dt
     failures += more
     return CheckResult(ok=not failures, seed=seed, failures=tuple(failures), rel_l2=rel_l2, max_rel=max_rel,
                        unwritten=unwritten)
+
+
+class OutputGuard:
+    """The timed calls' own outputs are checked too: before every timed call the output is re-poisoned with
+    NaN, and after one call per round, chosen at random (a kernel cannot count its way around it), a copy
+    is kept; `verify` compares every copy with the reference. A kernel that computes only when it is
+    checked, or stops writing once warmed up, fails here even if both checks around the timing pass."""
+
+    def __init__(self, out: torch.Tensor, rng: Any) -> None:
+        self.out, self.rng = out, rng
+        self.pick = 0
+        self.copies: list[torch.Tensor] = []
+
+    def arm(self, calls: int) -> None:
+        self.pick = self.rng.randrange(calls)
+
+    def before(self, i: int) -> None:
+        self.out.fill_(float("nan"))
+
+    def after(self, i: int) -> None:
+        if i == self.pick:
+            self.copies.append(self.out.clone())
+
+    def verify(self, ref: torch.Tensor, cfg: CorrectnessConfig) -> list[str]:
+        failures: list[str] = []
+        for index, copy in enumerate(self.copies):
+            unwritten = int((~torch.isfinite(copy)).sum())
+            problems = [f"{unwritten} of {copy.numel()} elements unwritten"] if unwritten else []
+            problems += _compare(copy, ref, cfg)[0]
+            if problems:
+                failures.append(f"timed call of round {index + 1}: {'; '.join(problems)}")
+        return failures

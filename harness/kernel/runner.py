@@ -20,9 +20,10 @@ from typing import Any
 import torch
 
 from harness.kernel.config import ShapeConfig
-from harness.kernel.correctness import KernelFn, call_kernel, check_kernel, make_inputs
+from harness.kernel.correctness import KernelFn, OutputGuard, call_kernel, check_kernel, make_inputs
 from harness.kernel.loader import KernelLoadError, LoadedKernel, load_kernel
 from harness.kernel.protocol import EvalRequest
+from harness.kernel.reference import reference_attention
 from harness.kernel.roofline import attainment, measure_roofline
 from harness.kernel.timing import Timer, interleave, make_timer
 
@@ -80,13 +81,18 @@ def _shape(req: EvalRequest, shape: ShapeConfig, kernels: dict[str, LoadedKernel
         out = torch.empty_like(q)
         fns = {tag: functools.partial(call_kernel, _tagged(tag, lk.fn), q, k, v, out, shape)
                for tag, lk in good.items()}
+        guards = {tag: OutputGuard(out, rng) for tag in good}
         try:
             t = interleave(fns, timer, rounds=req.timing.rounds, calls_per_round=req.timing.calls_per_round,
-                           warmup_calls=req.timing.warmup_calls)
+                           warmup_calls=req.timing.warmup_calls, guards=guards)
         except _CallFailed as exc:
             builds[exc.tag]["timing_error"] = str(exc)
             good = {}
         else:
+            ref = reference_attention(q, k, v, shape, dtype=getattr(torch, req.correctness.reference_dtype))
+            for tag in good:
+                wrong = guards[tag].verify(ref, req.correctness)
+                builds[tag]["timed_outputs"] = {"checked": len(guards[tag].copies), "failures": wrong}
             for tag in good:
                 median = t.median(tag)
                 builds[tag].update(round_medians_us=t.round_medians[tag], median_us=median,
@@ -96,7 +102,8 @@ def _shape(req: EvalRequest, shape: ShapeConfig, kernels: dict[str, LoadedKernel
     for tag, lk in good.items():   # the second check: after hundreds of timed calls, on fresh inputs
         builds[tag]["post"] = check(lk.fn, seed=rng.getrandbits(31)).as_json()
     for entry in builds.values():
-        entry["ok"] = bool(entry["pre"]["ok"] and entry.get("post", {}).get("ok") and "timing_error" not in entry)
+        entry["ok"] = bool(entry["pre"]["ok"] and entry.get("post", {}).get("ok") and "timing_error" not in entry
+                           and not entry.get("timed_outputs", {}).get("failures"))
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {"mode": shape.mode, "shape": shape.model_dump(), "builds": builds}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Timer", "CudaTimer", "HostTimer", "Timings", "make_timer", "interleave"]
+__all__ = ["Timer", "CudaTimer", "HostTimer", "Timings", "Guard", "make_timer", "interleave"]
 
 _EVENT = torch.cuda.Event
 _SYNC = torch.cuda.synchronize
@@ -30,12 +30,19 @@ _SPIN = getattr(torch.cuda, "_sleep", None)     # a kernel that spins for N cycl
 SPIN_CYCLES = 400_000                           # ~0.2 ms at the H200's 1.98 GHz: longer than the host's launch work
 
 Call = Callable[[], object]
+Hook = Callable[[int], object]
+
+
+def _nothing(_: int) -> None:
+    return None
 
 
 class Timer:
-    """Times `calls` calls of `fn`; returns microseconds per call."""
+    """Times `calls` calls of `fn`; returns microseconds per call. `before(i)` runs before call i's timed
+    region (ahead of the L2 flush, so the cache state is the flush's), `after(i)` after it: the output guard
+    re-poisons the output and keeps a copy of one call's result there, untimed."""
 
-    def time_calls(self, fn: Call, calls: int) -> list[float]:
+    def time_calls(self, fn: Call, calls: int, *, before: Hook = _nothing, after: Hook = _nothing) -> list[float]:
         raise NotImplementedError
 
 
@@ -45,10 +52,11 @@ class CudaTimer(Timer):
     flush: torch.Tensor | None      # a buffer larger than the L2: overwriting it evicts the kernel's data
     spin_cycles: int = 0            # GPU clock cycles of the spin kernel before each start event (0: none)
 
-    def time_calls(self, fn: Call, calls: int) -> list[float]:
+    def time_calls(self, fn: Call, calls: int, *, before: Hook = _nothing, after: Hook = _nothing) -> list[float]:
         starts = [_EVENT(enable_timing=True) for _ in range(calls)]   # type: ignore[no-untyped-call]
         ends = [_EVENT(enable_timing=True) for _ in range(calls)]     # type: ignore[no-untyped-call]
-        for start, end in zip(starts, ends, strict=True):
+        for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            before(i)
             if self.flush is not None:
                 self.flush.zero_()      # in the stream before the start event: outside the timed region
             if self.spin_cycles and _SPIN is not None:
@@ -56,17 +64,20 @@ class CudaTimer(Timer):
             start.record()
             fn()
             end.record()
+            after(i)
         _SYNC(self.device)
         return [start.elapsed_time(end) * 1000.0 for start, end in zip(starts, ends, strict=True)]
 
 
 class HostTimer(Timer):
-    def time_calls(self, fn: Call, calls: int) -> list[float]:
+    def time_calls(self, fn: Call, calls: int, *, before: Hook = _nothing, after: Hook = _nothing) -> list[float]:
         out = []
-        for _ in range(calls):
+        for i in range(calls):
+            before(i)
             t0 = time.process_time()
             fn()
             out.append((time.process_time() - t0) * 1e6)
+            after(i)
         return out
 
 
@@ -91,10 +102,24 @@ class Timings:
         return statistics.median(self.calls[tag])
 
 
+class Guard:
+    """What runs around each timed call of one build: nothing by default."""
+
+    def arm(self, calls: int) -> None:
+        return None
+
+    def before(self, i: int) -> None:
+        return None
+
+    def after(self, i: int) -> None:
+        return None
+
+
 def interleave(fns: Mapping[str, Call], timer: Timer, *, rounds: int, calls_per_round: int,
-               warmup_calls: int) -> Timings:
+               warmup_calls: int, guards: Mapping[str, Guard] | None = None) -> Timings:
     """Warm each build up, then `rounds` rounds of `calls_per_round` calls per build; the order of the builds
-    reverses every round (A B, B A, ...) so that neither always runs right after the other."""
+    reverses every round (A B, B A, ...) so that neither always runs right after the other. A build's guard
+    is armed before each of its rounds and hooked around each timed call."""
     tags = list(fns)
     for tag in tags:
         timer.time_calls(fns[tag], warmup_calls)
@@ -102,7 +127,9 @@ def interleave(fns: Mapping[str, Call], timer: Timer, *, rounds: int, calls_per_
     calls: dict[str, list[float]] = {tag: [] for tag in tags}
     for r in range(rounds):
         for tag in tags if r % 2 == 0 else reversed(tags):
-            times = timer.time_calls(fns[tag], calls_per_round)
+            guard = (guards or {}).get(tag, Guard())
+            guard.arm(calls_per_round)
+            times = timer.time_calls(fns[tag], calls_per_round, before=guard.before, after=guard.after)
             medians[tag].append(statistics.median(times))
             calls[tag].extend(times)
     return Timings(round_medians=medians, calls=calls)

@@ -29,7 +29,12 @@ def _held_subset(tmp_path: Path, n: int = 12) -> Path:
     return path
 
 
-def _spec(tmp_path: Path, proposer: str, budget: str, name: str = "it") -> Path:
+# Named on purpose where a test is about resume or scale-out, not isolation: servers then run as host
+# processes the test can find and kill. The LLM campaign runs in the shipped default (auto: docker in CI).
+UNISOLATED = "sandbox: {backend: unisolated}"
+
+
+def _spec(tmp_path: Path, proposer: str, budget: str, name: str = "it", sandbox: str = "") -> Path:
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""
 schema_version: 1
@@ -44,6 +49,7 @@ benchmark: {{input_lens: [64], output_lens: [16], prefill: false, num_prompts: 1
 parity: {{prompts: {_held_subset(tmp_path)}, max_tokens: 32}}
 {proposer}
 budget: {budget}
+{sandbox}
 """)
     return spec
 
@@ -121,7 +127,7 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
 @pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
 def test_a_campaign_killed_mid_iteration_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
     proposer = "proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8]}}}"
-    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}")
+    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}", sandbox=UNISOLATED)
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", str(spec), "--log-dir", str(tmp_path / "logs"),
                              "--workspaces", str(tmp_path / "ws")], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)

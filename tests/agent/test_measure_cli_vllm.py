@@ -11,6 +11,10 @@ import pytest
 
 from tests.conftest import ROOT, processes_under, write_prompts, write_spec
 
+# These tests are about the CLI and the evidence of the host paths the server imported; they name the
+# unisolated backend (the shipped default, auto, runs in the campaign, red-team and docker tests).
+UNISOLATED = "sandbox: {backend: unisolated}\n"
+
 TINY = ROOT / "experiments" / "models" / "gemma4-tiny"
 PARITY_PROMPTS = ROOT / "experiments" / "prompts" / "gemma4-tiny-parity.jsonl"
 
@@ -24,7 +28,8 @@ def ratchet(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str
 @pytest.mark.vllm
 def test_measure_prints_the_grid_and_writes_one_object_per_cell(random_model: Path, tmp_path: Path) -> None:
     spec = write_spec(
-        tmp_path, model=random_model, workspace=tmp_path / "ws", prompts=write_prompts(tmp_path / "p.jsonl")
+        tmp_path, model=random_model, workspace=tmp_path / "ws", prompts=write_prompts(tmp_path / "p.jsonl"),
+        extra=UNISOLATED,
     )
     proc = ratchet("measure", str(spec), "--out", str(tmp_path / "m.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -43,7 +48,8 @@ def test_compare_measures_dummy_weights_and_checks_parity_on_the_real_checkpoint
                                                                                 tmp_path: Path) -> None:
     """The GPU spec's shape: speed on dummy weights (every logprob equal: their tokens prove nothing), parity
     on a separate server of each build that serves the trained tiny Gemma 4 with its real weights."""
-    spec = write_spec(tmp_path, model=random_model, workspace=tmp_path / "ws", prompts=PARITY_PROMPTS)
+    spec = write_spec(tmp_path, model=random_model, workspace=tmp_path / "ws", prompts=PARITY_PROMPTS,
+                      extra=UNISOLATED)
     spec.write_text(spec.read_text()
                     .replace("max_model_len: 2048}", "max_model_len: 2048, load_format: dummy}")
                     .replace("  max_tokens: 8\n",
@@ -80,7 +86,7 @@ def test_a_bad_spec_exits_2_with_the_field_path(tmp_path: Path) -> None:
 @pytest.mark.vllm
 def test_profile_ranks_ops_by_self_time_for_prefill_and_decode(random_model: Path, tmp_path: Path) -> None:
     spec = write_spec(tmp_path, model=random_model, workspace=tmp_path / "ws",
-                      prompts=write_prompts(tmp_path / "p.jsonl"))
+                      prompts=write_prompts(tmp_path / "p.jsonl"), extra=UNISOLATED)
     proc = ratchet("profile", str(spec), "--cell", "64/8", "--out", str(tmp_path / "prof.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     phases = {p["phase"]: p for p in json.loads((tmp_path / "prof.json").read_text())}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from audit.reader import payload_of, read_records
-from tests.agent.test_campaign_vllm import _results, _run, _spec
+from tests.agent.test_campaign_vllm import UNISOLATED, _results, _run, _spec
 from tests.conftest import ROOT, processes_under
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -67,7 +67,7 @@ def test_a_parallel_campaign_survives_a_killed_worker_and_its_log_verifies(tmp_p
                 "profile_baseline: false\n"
                 f"executor: {{kind: ray, slots: 2, ray: {{address: '{ray_cluster}', num_cpus: 1, "
                 "resources: {ratchet_slot: 1}, max_retries: 1}}")
-    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}", name="ray")
+    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}", name="ray", sandbox=UNISOLATED)
     logs = tmp_path / "logs"
     stop, killed = threading.Event(), []
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", str(spec), "--log-dir", str(logs),

@@ -65,7 +65,9 @@ import torch
 REPEATS = 4
 WRONG = 0
 AFTER = 0
+MEMO = 0
 _calls = [0]
+_last = [None]
 
 
 def _attn(q, k, v, scale, window):
@@ -89,6 +91,9 @@ def _attn(q, k, v, scale, window):
 
 def attention(q, k, v, out, *, scale, sliding_window=None, softcap=None):
     _calls[0] += 1
+    if MEMO and _last[0] == (q.data_ptr(), out.data_ptr()):
+        return          # "same inputs as last time": the answer is already in out (it is not: out was re-poisoned)
+    _last[0] = (q.data_ptr(), out.data_ptr())
     for _ in range(REPEATS):
         res = _attn(q, k, v, scale, sliding_window)
     out.copy_(res)
@@ -97,12 +102,14 @@ def attention(q, k, v, out, *, scale, sliding_window=None, softcap=None):
 '''
 
 
-def write_tree(root: Path, *, repeats: int = 4, wrong: int = 0, after: int = 0, package: str = "torchattn") -> Path:
+def write_tree(root: Path, *, repeats: int = 4, wrong: int = 0, after: int = 0, memo: int = 0,
+               package: str = "torchattn") -> Path:
     """A kernel target folder: root/<package>/attention.py; returns the folder. `wrong`: no causal mask;
-    `after`: right for that many calls, then off by 10 %."""
+    `after`: right for that many calls, then off by 10 %; `memo`: skips the work when called again on the
+    same tensors (as the timed calls are; every check draws fresh ones)."""
     folder = root / package
     folder.mkdir(parents=True, exist_ok=True)
     text = TREE_KERNEL.replace("REPEATS = 4", f"REPEATS = {repeats}").replace("WRONG = 0", f"WRONG = {wrong}")
-    text = text.replace("AFTER = 0", f"AFTER = {after}")
+    text = text.replace("AFTER = 0", f"AFTER = {after}").replace("MEMO = 0", f"MEMO = {memo}")
     (folder / "attention.py").write_text(text)
     return folder

@@ -38,6 +38,22 @@ def test_a_kernel_that_goes_wrong_after_timing_fails_the_second_check(tmp_path: 
     assert ab.outcome == "parity-broken" and "after timing" in ab.reason
 
 
+def test_a_kernel_that_skips_work_on_repeated_inputs_passes_both_checks_but_not_its_timed_calls(
+        tmp_path: Path) -> None:
+    """Both checks draw fresh inputs; the timed calls reuse one set. A kernel that returns early on inputs it
+    has seen would be very fast and pass both checks: the timed calls' outputs are re-poisoned and checked."""
+    write_tree(tmp_path / "a")
+    write_tree(tmp_path / "b", memo=1)
+    trees = {"A": tmp_path / "a", "B": tmp_path / "b"}
+    result = _run(trees)
+    entry = result["shapes"]["decode"]["builds"]["B"]
+    assert entry["pre"]["ok"] and entry["post"]["ok"] and not entry["ok"]
+    assert entry["timed_outputs"]["checked"] == 4 and "unwritten" in entry["timed_outputs"]["failures"][0]
+    assert result["shapes"]["decode"]["builds"]["A"]["timed_outputs"] == {"checked": 4, "failures": []}
+    ab = compare(result, a="A", b="B", stats=StatsConfig(), expected_sha256=_sha(trees))
+    assert ab.outcome == "parity-broken" and "timed calls' own output" in ab.reason
+
+
 def test_a_faster_right_kernel_is_accepted_and_a_wrong_one_is_not(tmp_path: Path) -> None:
     write_tree(tmp_path / "a", repeats=4)
     write_tree(tmp_path / "b", repeats=1)

@@ -16,7 +16,7 @@ class _Recorder(Timer):
     def __init__(self) -> None:
         self.order: list[str] = []
 
-    def time_calls(self, fn: Any, calls: int) -> list[float]:
+    def time_calls(self, fn: Any, calls: int, **hooks: Any) -> list[float]:
         self.order.append(fn())
         return [1.0] * calls
 

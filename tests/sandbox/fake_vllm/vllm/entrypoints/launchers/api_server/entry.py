@@ -115,6 +115,19 @@ def attack_read(args: argparse.Namespace) -> None:
     REPORT["uid"] = os.getuid()
 
 
+def attack_tmpfiles(args: argparse.Namespace) -> None:
+    """Leave files for the harness to collect from /tmp/ratchet-collect: a trace, a link to a host file, and
+    a link to a directory (only the trace may come out)."""
+    folder = "/tmp/ratchet-collect"
+    os.makedirs(os.path.join(folder, "sub"), exist_ok=True)
+    with open(os.path.join(folder, "sub", "trace.json"), "w") as f:
+        f.write('{"traceEvents": []}')
+    for name, target in (("passwd", "/etc/passwd"), ("etc", "/etc")):
+        if not os.path.lexists(os.path.join(folder, name)):
+            os.symlink(target, os.path.join(folder, name))
+    REPORT["written"] = True
+
+
 class Handler(BaseHTTPRequestHandler):
     healthy = True
 
