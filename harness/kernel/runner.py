@@ -1,51 +1,41 @@
 """The runner process: `python -m harness.kernel.runner REQUEST.json RESULT.json`.
 
-One fresh process per evaluation (as a fresh server per measurement): what a kernel module does at import dies
-with it. For each shape, each build is checked (fresh inputs), the builds that pass are timed interleaved, then
-checked again (fresh inputs). A kernel that fails to load, compile, check or time is recorded as such in the
-result; the process exits non-zero only when the runner itself breaks.
+One fresh process per evaluation (as a fresh server per measurement), and in it one worker process per build
+(`--worker REQUEST.json TAG`): a build's kernel module is imported only in its own worker, so what it does at
+import (a patched torch function, a rebound class) can touch neither the other build nor the timing of it.
+The orchestrator holds no kernel code; it drives the workers over JSON lines. For each shape, each build is
+checked (fresh inputs), the builds that pass are timed interleaved round by round on identical inputs, the
+timed calls' own outputs are checked (re-poisoned before every call, one call per round kept), then every
+build is checked again (fresh inputs). A kernel that fails to load, compile, check or time is recorded as such
+in the result; the process exits non-zero only when the runner itself breaks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import platform
 import random
+import statistics
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.kernel.config import ShapeConfig
-from harness.kernel.correctness import KernelFn, OutputGuard, call_kernel, check_kernel, make_inputs
-from harness.kernel.loader import KernelLoadError, LoadedKernel, load_kernel
+from harness.kernel.correctness import OutputGuard, call_kernel, check_kernel, make_inputs
+from harness.kernel.loader import KernelLoadError, load_kernel
 from harness.kernel.protocol import EvalRequest
 from harness.kernel.reference import reference_attention
 from harness.kernel.roofline import attainment, measure_roofline
-from harness.kernel.timing import Timer, interleave, make_timer
+from harness.kernel.timing import make_timer
 
 __all__ = ["evaluate", "main"]
-
-
-class _CallFailed(Exception):
-    def __init__(self, tag: str, exc: BaseException) -> None:
-        super().__init__(f"{type(exc).__name__}: {str(exc)[:600]}")
-        self.tag = tag
-
-
-def _tagged(tag: str, fn: KernelFn) -> KernelFn:
-    """Name the build whose call raised during timing (the order of the builds alternates)."""
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            raise _CallFailed(tag, exc) from exc
-
-    return call
 
 
 def describe_device(device: torch.device) -> dict[str, Any]:
@@ -65,80 +55,192 @@ def describe_device(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def _shape(req: EvalRequest, shape: ShapeConfig, kernels: dict[str, LoadedKernel], timer: Timer,
+class _Worker:
+    """One build's process: it loads that build's kernel and only that one, and answers the orchestrator's
+    commands (JSON lines) on its own stdin/stdout. Another build's kernel code never runs in it."""
+
+    def __init__(self, request_path: Path, tag: str) -> None:
+        self.tag = tag
+        self.proc = subprocess.Popen([sys.executable, "-m", "harness.kernel.runner", "--worker", str(request_path),
+                                      tag], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.hello = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"build {self.tag}'s worker exited ({self.proc.wait()}); see the runner log")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, **command: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):   # "exit" has no answer; a dead pipe is fine
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _shape(req: EvalRequest, index: int, shape: ShapeConfig, workers: dict[str, _Worker],
            roofline: dict[str, Any] | None, rng: random.Random) -> dict[str, Any]:
-    device, dtype = torch.device(req.device), getattr(torch, req.dtype)
-    check = functools.partial(check_kernel, shape=shape, cfg=req.correctness, dtype=dtype, device=device)
+    """Check every build, time the builds that pass interleaved (round by round, alternating order, each in
+    its own process on identical inputs), check the timed calls' outputs, check every build again."""
     builds: dict[str, dict[str, Any]] = {}
-    good: dict[str, LoadedKernel] = {}
-    for tag, lk in kernels.items():
-        pre = check(lk.fn, seed=rng.getrandbits(31))
-        builds[tag] = {"pre": pre.as_json()}
-        if pre.ok:
-            good[tag] = lk
+    good: list[str] = []
+    for tag, worker in workers.items():
+        pre = worker.ask(op="check", shape=index, seed=rng.getrandbits(31))
+        builds[tag] = {"pre": pre}
+        if pre["ok"]:
+            good.append(tag)
     if good:
-        q, k, v = make_inputs(shape, dtype=dtype, device=device, seed=rng.getrandbits(31))
-        out = torch.empty_like(q)
-        fns = {tag: functools.partial(call_kernel, _tagged(tag, lk.fn), q, k, v, out, shape)
-               for tag, lk in good.items()}
-        guards = {tag: OutputGuard(out, rng) for tag in good}
-        try:
-            t = interleave(fns, timer, rounds=req.timing.rounds, calls_per_round=req.timing.calls_per_round,
-                           warmup_calls=req.timing.warmup_calls, guards=guards)
-        except _CallFailed as exc:
-            builds[exc.tag]["timing_error"] = str(exc)
-            good = {}
+        inputs_seed, guard_seed = rng.getrandbits(31), rng.getrandbits(31)
+        for tag in good:
+            workers[tag].ask(op="prepare", shape=index, seed=inputs_seed, guard_seed=guard_seed)
+        for tag in good:
+            workers[tag].ask(op="time", calls=req.timing.warmup_calls, guard=False)
+        medians: dict[str, list[float]] = {tag: [] for tag in good}
+        calls: dict[str, list[float]] = {tag: [] for tag in good}
+        failed = None
+        for r in range(req.timing.rounds):
+            for tag in good if r % 2 == 0 else list(reversed(good)):
+                answer = workers[tag].ask(op="time", calls=req.timing.calls_per_round, guard=True)
+                if "error" in answer:
+                    failed = tag
+                    builds[tag]["timing_error"] = answer["error"]
+                    break
+                medians[tag].append(statistics.median(answer["times"]))
+                calls[tag].extend(answer["times"])
+            if failed:
+                break
+        if failed:
+            good = []
         else:
-            ref = reference_attention(q, k, v, shape, dtype=getattr(torch, req.correctness.reference_dtype))
             for tag in good:
-                wrong = guards[tag].verify(ref, req.correctness)
-                builds[tag]["timed_outputs"] = {"checked": len(guards[tag].copies), "failures": wrong}
-            for tag in good:
-                median = t.median(tag)
-                builds[tag].update(round_medians_us=t.round_medians[tag], median_us=median,
-                                   timed_calls=len(t.calls[tag]),
-                                   attainment=attainment(shape, median, roofline, itemsize=q.element_size()))
-        del q, k, v, out
-    for tag, lk in good.items():   # the second check: after hundreds of timed calls, on fresh inputs
-        builds[tag]["post"] = check(lk.fn, seed=rng.getrandbits(31)).as_json()
+                verdict = workers[tag].ask(op="verify")
+                median = statistics.median(calls[tag])
+                builds[tag].update(round_medians_us=medians[tag], median_us=median, timed_calls=len(calls[tag]),
+                                   timed_outputs=verdict,
+                                   attainment=attainment(shape, median, roofline,
+                                                         itemsize=getattr(torch, req.dtype).itemsize))
+    for tag in good:   # the second check: after hundreds of timed calls, on fresh inputs
+        builds[tag]["post"] = workers[tag].ask(op="check", shape=index, seed=rng.getrandbits(31))
     for entry in builds.values():
         entry["ok"] = bool(entry["pre"]["ok"] and entry.get("post", {}).get("ok") and "timing_error" not in entry
                            and not entry.get("timed_outputs", {}).get("failures"))
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
     return {"mode": shape.mode, "shape": shape.model_dump(), "builds": builds}
 
 
-def evaluate(req: EvalRequest) -> dict[str, Any]:
+def evaluate(req: EvalRequest, *, work_dir: Path | None = None) -> dict[str, Any]:
+    """Orchestrate one evaluation: a worker process per build (started together, so they time the same
+    machine state), the shapes in order; the result has the same form whatever the number of builds."""
     device = torch.device(req.device)
+    result: dict[str, Any] = {"device": describe_device(device), "roofline": None, "builds": {}, "shapes": {}}
+    with tempfile.TemporaryDirectory(prefix="ratchet-kernel-", dir=work_dir) as tmp:
+        request_path = Path(tmp) / "request.json"
+        request_path.write_text(req.model_dump_json())
+        workers: dict[str, _Worker] = {}
+        try:
+            for tag in req.builds:
+                worker = _Worker(request_path, tag)
+                result["builds"][tag] = worker.hello
+                if worker.hello.get("loaded"):
+                    workers[tag] = worker
+                else:
+                    worker.close()
+            if req.roofline is not None and device.type == "cuda" and workers:
+                result["roofline"] = next(iter(workers.values())).ask(op="roofline")["roofline"]
+            rng = random.Random(req.seed)
+            for index, shape in enumerate(req.shapes):
+                result["shapes"][shape.name] = _shape(req, index, shape, workers, result["roofline"], rng)
+        finally:
+            for worker in workers.values():
+                worker.close()
+    return result
+
+
+def _serve_build(req: EvalRequest, tag: str) -> int:
+    """The worker: load one build, then answer commands until "exit". Anything the kernel prints goes to
+    stderr (the runner log); the protocol has stdout to itself."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    device, dtype = torch.device(req.device), getattr(torch, req.dtype)
     if device.type == "cpu":
         torch.set_num_threads(1)    # CPU time of one thread: no idle-spinning worker threads in the figures
     timer = make_timer(device, flush_l2=req.timing.flush_l2, hide_launch=req.timing.hide_launch_overhead)
-    result: dict[str, Any] = {"device": describe_device(device), "roofline": None, "builds": {}, "shapes": {}}
-    if req.roofline is not None and device.type == "cuda":
-        result["roofline"] = measure_roofline(req.roofline, timer, device=device)
-    kernels: dict[str, LoadedKernel] = {}
-    for tag, tree in req.builds.items():
-        try:
-            lk = load_kernel(tree, req.module, req.entry, tag=tag)
-        except KernelLoadError as exc:
-            result["builds"][tag] = {"loaded": False, "error": str(exc)}
-            continue
-        kernels[tag] = lk
-        result["builds"][tag] = {"loaded": True, "file": str(lk.file), "sha256": lk.sha256}
-    rng = random.Random(req.seed)
-    for shape in req.shapes:
-        result["shapes"][shape.name] = _shape(req, shape, kernels, timer, result["roofline"], rng)
-    return result
+
+    def say(obj: dict[str, Any]) -> None:
+        proto.write(json.dumps(obj, allow_nan=False) + "\n")
+
+    try:
+        lk = load_kernel(req.builds[tag], req.module, req.entry, tag=tag)
+    except KernelLoadError as exc:
+        say({"loaded": False, "error": str(exc)})
+        return 0
+    say({"loaded": True, "file": str(lk.file), "sha256": lk.sha256})
+    state: dict[str, Any] = {}
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "exit":
+            return 0
+        if op == "check":
+            shape = req.shapes[cmd["shape"]]
+            say(check_kernel(lk.fn, shape, req.correctness, dtype=dtype, device=device, seed=cmd["seed"]).as_json())
+        elif op == "prepare":
+            shape = req.shapes[cmd["shape"]]
+            q, k, v = make_inputs(shape, dtype=dtype, device=device, seed=cmd["seed"])
+            out = torch.empty_like(q)
+            state = {"shape": shape, "q": q, "k": k, "v": v, "out": out,
+                     "fn": functools.partial(call_kernel, lk.fn, q, k, v, out, shape),
+                     "guard": OutputGuard(out, random.Random(cmd["guard_seed"]))}
+            say({"ok": True})
+        elif op == "time":
+            guard: OutputGuard = state["guard"]
+            try:
+                if cmd["guard"]:
+                    guard.arm(cmd["calls"])
+                    times = timer.time_calls(state["fn"], cmd["calls"], before=guard.before, after=guard.after)
+                else:
+                    times = timer.time_calls(state["fn"], cmd["calls"])
+            except Exception as exc:  # the kernel raised while timed: recorded, the worker stays up
+                say({"error": f"{type(exc).__name__}: {str(exc)[:600]}"})
+                continue
+            say({"times": times})
+        elif op == "verify":
+            ref = reference_attention(state["q"], state["k"], state["v"], state["shape"],
+                                      dtype=getattr(torch, req.correctness.reference_dtype))
+            say({"checked": len(state["guard"].copies), "failures": state["guard"].verify(ref, req.correctness)})
+            state = {}
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        elif op == "roofline":
+            assert req.roofline is not None
+            say({"roofline": measure_roofline(req.roofline, timer, device=device)})
+        else:
+            say({"error": f"unknown op {op!r}"})
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 3 and args[0] == "--worker":
+        return _serve_build(EvalRequest.model_validate_json(Path(args[1]).read_text()), args[2])
     if len(args) != 2:
         print("usage: python -m harness.kernel.runner REQUEST.json RESULT.json", file=sys.stderr)
         return 2
     req = EvalRequest.model_validate_json(Path(args[0]).read_text())
-    result = evaluate(req)
+    result = evaluate(req, work_dir=Path(args[1]).parent)
     out = Path(args[1])
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1, allow_nan=False))

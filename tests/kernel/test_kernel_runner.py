@@ -54,6 +54,22 @@ def test_a_kernel_that_skips_work_on_repeated_inputs_passes_both_checks_but_not_
     assert ab.outcome == "parity-broken" and "timed calls' own output" in ab.reason
 
 
+def test_a_kernel_that_patches_torch_at_import_cannot_touch_the_other_build(tmp_path: Path) -> None:
+    """Each build runs in a worker process of its own: B rebinding torch.Tensor.softmax at import (which A's
+    kernel calls) breaks only B."""
+    write_tree(tmp_path / "a")
+    b = write_tree(tmp_path / "b") / "attention.py"
+    b.write_text(b.read_text().replace("import torch\n", "import torch\n\ntorch.Tensor.softmax = lambda self, dim: "
+                                       "torch.zeros_like(self)\n", 1))
+    trees = {"A": tmp_path / "a", "B": tmp_path / "b"}
+    result = _run(trees)
+    for shape in result["shapes"].values():
+        assert shape["builds"]["A"]["ok"], shape["builds"]["A"]
+        assert not shape["builds"]["B"]["ok"]
+    ab = compare(result, a="A", b="B", stats=StatsConfig(), expected_sha256=_sha(trees))
+    assert ab.outcome == "parity-broken"
+
+
 def test_a_faster_right_kernel_is_accepted_and_a_wrong_one_is_not(tmp_path: Path) -> None:
     write_tree(tmp_path / "a", repeats=4)
     write_tree(tmp_path / "b", repeats=1)
