@@ -114,6 +114,9 @@ class ParityConfig(BaseModel):
     tie_margin: Annotated[float, Field(gt=0)] = Field(default=1.0, description=(
         "workload parity: a benchmark request whose output diverges where the reference's top-1/top-2 margin is "
         "at least this (nats) fails parity; below it, the divergence is counted as a tie flip"))
+    workload_alpha: Annotated[float, Field(gt=0, lt=0.5)] = Field(default=0.05, description=(
+        "workload parity on a dataset with known answers (copy-task): the candidate fails when it answers "
+        "significantly more benchmark requests wrongly than the reference (one-sided sign test at this level)"))
     uncovered: str | None = Field(default=None, description=(
         "why the held prompts may not cover the grid's input lengths (e.g. a parity.model whose context is "
         "shorter than the grid); without it a spec whose prompts are too few or too short is refused"))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from harness.config import Cell
 
-__all__ = ["copy_task_prompts", "write_copy_task", "MODE_TOKENS"]
+__all__ = ["copy_task_prompts", "write_copy_task", "copy_task_answer", "MODE_TOKENS"]
 
 FIRST_PAYLOAD_ID, SPLIT_ID, VOCAB_SIZE = 5, 130, 256
 SHORT_PERIOD, LONG_PERIOD = 12, 40
@@ -58,3 +58,15 @@ def write_copy_task(path: Path, cell: Cell, count: int, *, seed: int, repeat: in
     prompts = copy_task_prompts(cell, count, seed=seed, repeat=repeat)
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
     return prompts
+
+
+def copy_task_answer(prompt: str, n: int) -> list[str]:
+    """The task's right continuation of a copy-task prompt: the next `n` tokens, as token strings."""
+    mode, *seq = prompt.split()
+    out = []
+    for _ in range(n):
+        i = len(seq)    # payload index of the next token
+        back = SHORT_PERIOD if mode == MODE_TOKENS["short"] or i % 2 == 0 else LONG_PERIOD
+        seq.append(seq[i - back])
+        out.append(seq[-1])
+    return out

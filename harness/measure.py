@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.bench import BenchJob, CellRun, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
+from harness.datasets import copy_task_answer
 from harness.integrity import MeasurementDigest, check_unchanged, digest_roots, measurement_roots
 from harness.parity import Generation, ParityReport, compare, held_generations, load_prompts
 from harness.server import Server, serve
@@ -270,8 +271,11 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
             (ga if run.job.tag == a.tag else gb).runs.append(run)
         if report is not None and {**server.engine_args, **b.engine_args}.get("load_format") != "dummy":
             # Dummy speed weights make every logprob equal: their outputs are ties by construction.
-            workload = compare_workload(ga.runs, gb.runs, tokenizer=server.model, reference_url=servers[a.tag].base_url,
-                                        model=server.served_model_name, tie_margin=parity.tie_margin if parity else 1.0)
+            workload = compare_workload(
+                ga.runs, gb.runs, tokenizer=server.model, reference_url=servers[a.tag].base_url,
+                model=server.served_model_name, tie_margin=parity.tie_margin if parity else 1.0,
+                answer=copy_task_answer if bench.dataset == "copy-task" else None,
+                alpha=parity.workload_alpha if parity else 0.05)
             report = dataclasses.replace(report, workload=workload)
             progress(workload.summary())
     cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)

