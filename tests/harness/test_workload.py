@@ -184,7 +184,8 @@ def test_copy_task_answers_follow_the_task() -> None:
     assert copy_task_answer(short, 3) == [s[-12], s[-11], s[-10]]
     m = mixed.split()[1:]
     i = len(m)
-    assert copy_task_answer(mixed, 2) == [m[i - (12 if i % 2 == 0 else 40)], m[i + 1 - (12 if (i + 1) % 2 == 0 else 40)]]
+    back = [12 if j % 2 == 0 else 40 for j in (i, i + 1)]
+    assert copy_task_answer(mixed, 2) == [m[i - back[0]], m[i + 1 - back[1]]]
 
 
 def test_with_known_answers_the_candidate_fails_only_when_it_is_significantly_more_often_wrong() -> None:
