@@ -81,6 +81,14 @@ class BenchmarkConfig(BaseModel):
             raise ValueError("lengths must be unique")
         return v
 
+    @model_validator(mode="after")
+    def _copy_task_lengths(self) -> BenchmarkConfig:
+        short = [n for n in self.input_lens if n < 42]   # harness.datasets.MIN_INPUT_LEN (import cycle)
+        if self.dataset == "copy-task" and short:
+            raise ValueError(f"dataset copy-task needs input lengths of at least 42 tokens (a full period of "
+                             f"both streams); not {short}")
+        return self
+
     def prompts_for(self, cell: Cell) -> int:
         return self.num_prompts * (self.prefill_prompts_factor if cell.is_prefill else 1)
 

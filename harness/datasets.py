@@ -21,13 +21,15 @@ import random
 from pathlib import Path
 
 from harness.config import Cell
+from harness.errors import BenchmarkFailed
 
-__all__ = ["copy_task_prompts", "write_copy_task", "copy_task_answer", "MODE_TOKENS"]
+__all__ = ["copy_task_prompts", "write_copy_task", "copy_task_answer", "MODE_TOKENS", "MIN_INPUT_LEN"]
 
 FIRST_PAYLOAD_ID, SPLIT_ID, VOCAB_SIZE = 5, 130, 256
 SHORT_PERIOD, LONG_PERIOD = 12, 40
 MODE_TOKENS = {"short": "<short>", "mixed": "<mixed>"}
 _HEADER = 2   # <bos> (added by the tokenizer's post-processor, counted in the input length) and the mode
+MIN_INPUT_LEN = _HEADER + LONG_PERIOD   # a full period of both streams, so every generated token is determined
 
 
 def _sequence(mode: str, n: int, rng: random.Random) -> list[int]:
@@ -42,8 +44,8 @@ def _sequence(mode: str, n: int, rng: random.Random) -> list[int]:
 
 def copy_task_prompts(cell: Cell, count: int, *, seed: int, repeat: int) -> list[str]:
     """`count` prompt texts of `cell.input_len` tokens (with the <bos> the server adds), modes alternating."""
-    if cell.input_len < _HEADER + LONG_PERIOD:
-        raise ValueError(f"copy-task prompts need input_len >= {_HEADER + LONG_PERIOD}; {cell.label} is shorter")
+    if cell.input_len < MIN_INPUT_LEN:
+        raise BenchmarkFailed(f"copy-task prompts need input_len >= {MIN_INPUT_LEN}; {cell.label} is shorter")
     rng = random.Random(f"copy-task:{seed}:{repeat}:{cell.input_len}:{cell.output_len}")
     out = []
     for i in range(count):

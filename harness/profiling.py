@@ -24,6 +24,7 @@ import httpx
 
 from harness.bench import BenchJob, run_jobs
 from harness.config import BenchmarkConfig, Cell, ServerConfig
+from harness.datasets import MIN_INPUT_LEN
 from harness.errors import HarnessError
 from harness.server import serve
 from sandbox.base import Backend
@@ -99,7 +100,9 @@ def profile_cell(backend: Backend, *, tree: Path, engine_args: dict[str, object]
                            "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True})
     small = bench.model_copy(update={"num_prompts": min(bench.num_prompts, 8), "num_warmups": 1})
     phases = (("prefill", Cell(input_len=cell.input_len, output_len=1)),
-              ("decode", Cell(input_len=16, output_len=max(cell.output_len, 16))))
+              # short prompts, so decode dominates; as short as the spec's dataset allows
+              ("decode", Cell(input_len=MIN_INPUT_LEN if bench.dataset == "copy-task" else 16,
+                              output_len=max(cell.output_len, 16))))
     profiles = []
     with serve(backend, tree=tree, config=server, engine_args=engine_args, log_path=work_dir / "server.log",
                cache_dir=cache_dir, extra_argv=("--profiler-config", profiler)) as srv:

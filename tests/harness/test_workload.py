@@ -75,8 +75,15 @@ def test_copy_task_prompts_have_the_cells_length_and_never_repeat() -> None:
     other_repeat = copy_task_prompts(Cell(input_len=512, output_len=32), 16, seed=0, repeat=1)
     other_cell = copy_task_prompts(Cell(input_len=512, output_len=64), 16, seed=0, repeat=0)
     assert a == again and not set(a) & set(other_repeat) and not set(a) & set(other_cell)
-    with pytest.raises(ValueError, match="input_len >= 42"):
+    with pytest.raises(BenchmarkFailed, match="input_len >= 42"):
         copy_task_prompts(Cell(input_len=16, output_len=4), 2, seed=0, repeat=0)
+
+
+def test_a_copy_task_grid_shorter_than_a_period_is_refused_at_load() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="at least 42 tokens"):
+        BenchmarkConfig(input_lens=[16, 128], output_lens=[4], dataset="copy-task")
 
 
 def test_a_copy_task_job_reads_the_harness_written_file_and_saves_outputs(tmp_path: Path) -> None:
