@@ -6,7 +6,7 @@ disagreed on 2 of 16 such prompts), so comparing the benchmark's own outputs bet
 only report ties. `copy-task` writes, for each (cell, repeat), distinct prompts of exactly the cell's
 input length in that task (experiments/models/gemma4-tiny/task.py: `<short>` copies from 12 back,
 `<mixed>` interleaves a copy from 12 back with one from 40 back), as the pristine client's `custom`
-dataset. Every generated token is then a confident copy (margins 6-12 nats measured up to 4,096
+dataset. Every generated token is then a confident copy (margins of at least 5.4 nats measured up to 4,096
 positions), so workload parity (harness/workload.py) can judge every benchmark request, and parity
 traffic is the benchmark's own traffic.
 
