@@ -187,7 +187,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     ws_dir = (workspace_root / campaign_id).resolve()
     policy = load_policy(spec.policy)
     measurement = digest_roots(measurement_roots())   # before anything of the target runs
-    with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
+    with AuditWriter.open(log_dir, campaign=campaign_id,
+                          header={"isolation": isolation_label(spec.sandbox)}) as writer:
         source = spec.target_source()
         ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
                               source=source)
@@ -241,7 +242,9 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
                             "campaign began: its figures would not be comparable; reinstall the environment the "
                             "campaign started in, or start a new campaign")
-    with AuditWriter.open(log_dir, campaign=journal.campaign) as writer:
+    spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed
+    with AuditWriter.open(log_dir, campaign=journal.campaign,
+                          header={"isolation": isolation_label(spec.sandbox)}) as writer:
         ws = Workspace.open(journal.workspace, spec.target.package)
         ws.repo.git.worktree("prune")
         ws.repo.git.checkout("-q", "-f", journal.branch)
@@ -251,7 +254,6 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                                                   "reaped_containers": containers,
                                                   "next_iteration": max(journal.last_iteration,
                                                                         journal.open_iteration or 0) + 1})
-        spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed
         backend = backend_for(spec)
         proposer = proposer_for(spec, journal.proposer)
         executor = _executor(spec, writer)

@@ -133,8 +133,10 @@ class AuditWriter:
         blob_threshold: int = BLOB_THRESHOLD,
         clock: Callable[[], str] = utc_now,
         echo: bool = False,
+        header: dict[str, str] | None = None,
     ) -> AuditWriter:
-        """Open (create or continue) `directory`/log.jsonl for `campaign`; recover a torn tail."""
+        """Open (create or continue) `directory`/log.jsonl for `campaign`; recover a torn tail. `header` joins
+        the log.open record, the log's first line (the campaign puts its isolation level there)."""
         if not re.match(CAMPAIGN_ID, campaign):
             raise AuditError(f"campaign id {campaign!r} must match {CAMPAIGN_ID}")
         key_path = key_path or default_key_path()
@@ -171,7 +173,8 @@ class AuditWriter:
             if torn is not None:
                 writer.append(KIND_RECOVERY, payload=torn)
             writer.append(
-                KIND_OPEN, payload={"key_id": writer._key_id, "pid": os.getpid(), "resumed": not created}
+                KIND_OPEN,
+                payload={**(header or {}), "key_id": writer._key_id, "pid": os.getpid(), "resumed": not created},
             )
         except BaseException:
             writer.close(checkpoint=False)

@@ -171,3 +171,12 @@ def test_events_flow_through_structlog_and_can_be_echoed(setup: Any) -> None:
     with capture_logs() as logs, _open(setup, echo=True) as log:
         log.append("action", payload={}, decision="allow", rule="r")
     assert [entry["event"] for entry in logs][:2] == ["log.open", "action"]
+
+
+def test_a_header_lands_on_the_logs_first_line(setup: Any) -> None:
+    """The campaign names its isolation level on the log's first line (log.open), before anything runs."""
+    with _open(setup, header={"isolation": "docker (own network, read-only root, uid 10001, no capabilities)"}):
+        pass
+    first = json.loads((setup.dir / "log.jsonl").read_text().splitlines()[0])
+    assert first["kind"] == "log.open" and first["payload"]["isolation"].startswith("docker")
+    assert verify(setup.dir).ok
