@@ -68,9 +68,15 @@ class Ending:
         return self.status != "not-shown"
 
 
-def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "") -> Ending:
+def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "",
+                 unconfirmed: tuple[str, ...] = ()) -> Ending:
+    """`unconfirmed`: candidates that passed the screen but found no wall time for their confirmation."""
     if not accepted:
-        return Ending("no-change", "nothing was accepted: the best configuration is stock")
+        text = "nothing was accepted: the best configuration is stock"
+        if unconfirmed:
+            text += (f"; {len(unconfirmed)} candidate(s) passed the screen but the wall budget left no time to "
+                     f"confirm them ({'; '.join(unconfirmed)}): raise budget.wall_seconds and run again")
+        return Ending("no-change", text)
     if final is None or final.overall is None or final.parity is None:
         return Ending("not-shown", f"{accepted} change(s) accepted, but the final best-vs-stock comparison "
                                    f"did not run to the end ({why_missing or 'no result'}): the branch is NOT "
@@ -309,7 +315,9 @@ def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd
     final, why = None, ""
     if accepted:   # always, whatever the budget says: the loop reserved its time; an overrun beats no verdict
         final, why = _final_comparison(camp, base_commit)
-    ending = judge_ending(len(accepted), final, why)
+    unconfirmed = tuple(f"iteration {h.iteration}: screen {h.speedup}" for h in camp.history
+                        if h.outcome != "accepted" and "wall budget left" in h.detail)
+    ending = judge_ending(len(accepted), final, why, unconfirmed)
     camp.writer.append("campaign.end", payload={
         "verdict": {"status": ending.status, "text": ending.text},
         "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),

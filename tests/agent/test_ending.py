@@ -45,6 +45,13 @@ def test_a_missing_final_or_broken_parity_is_never_an_improvement() -> None:
     assert judge_ending(0, None).status == "no-change" and judge_ending(0, None).ok
 
 
+def test_a_screened_candidate_left_unconfirmed_for_time_is_named_in_the_verdict() -> None:
+    """Seen on the main job under Docker: 1.279x at the screen, no wall time left to confirm it."""
+    ending = judge_ending(0, None, unconfirmed=("iteration 3: screen 1.279x [1.158, 1.413]",))
+    assert ending.status == "no-change"
+    assert "iteration 3: screen 1.279x" in ending.text and "raise budget.wall_seconds" in ending.text
+
+
 def _end(tmp_path: Path, final: ABResult | None, accepted: list[str]) -> CampaignEnd:
     return CampaignEnd(campaign_id="c", log_dir=tmp_path, workspace=tmp_path, branch="ratchet/c", stop_reason="done",
                        baseline_rows=ROWS, final=final, accepted=accepted, report=None,
