@@ -21,7 +21,19 @@ def _model_scripts_importable() -> None:
 
 @pytest.fixture(scope="session")
 def held_prompts() -> list[dict[str, Any]]:
-    return read_jsonl(HELD)
+    """The checkpoint's evaluation set: the 64 held prompts within the training length (the README's
+    tables). The prompts at the grid's lengths are checked by long_margins.py and, through vLLM's server,
+    by the parity and red-team tests."""
+    return [r for r in read_jsonl(HELD) if "-in" not in str(r["id"])]
+
+
+@pytest.fixture(scope="session")
+def held_file(vllm_workdir: Path, held_prompts: list[dict[str, Any]]) -> Path:
+    import json
+
+    path = vllm_workdir / "held-64.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in held_prompts))
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -44,15 +56,15 @@ def vllm_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_eager(vllm_workdir: Path) -> dict[str, Any]:
+def vllm_eager(vllm_workdir: Path, held_file: Path) -> dict[str, Any]:
     """One eager engine: batch-of-all and batch-of-1 passes over the held prompts."""
     import vllm_parity
 
-    return vllm_parity.run_vllm(MODEL_DIR, HELD, compiled=False, batch_one=True, workdir=vllm_workdir)
+    return vllm_parity.run_vllm(MODEL_DIR, held_file, compiled=False, batch_one=True, workdir=vllm_workdir)
 
 
 @pytest.fixture(scope="session")
-def vllm_compiled(vllm_workdir: Path) -> dict[str, Any]:
+def vllm_compiled(vllm_workdir: Path, held_file: Path) -> dict[str, Any]:
     import vllm_parity
 
-    return vllm_parity.run_vllm(MODEL_DIR, HELD, compiled=True, batch_one=False, workdir=vllm_workdir)
+    return vllm_parity.run_vllm(MODEL_DIR, held_file, compiled=True, batch_one=False, workdir=vllm_workdir)

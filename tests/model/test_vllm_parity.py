@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gemma4_tiny_paths import HELD, MODEL_DIR
+from gemma4_tiny_paths import MODEL_DIR
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -43,7 +43,7 @@ def test_transformers_reference_matches_vllm(hf_greedy: dict[str, Any], vllm_eag
 
 
 def test_planted_vllm_patch_breaks_parity(
-    vllm_eager: dict[str, Any], vllm_workdir: Path, held_prompts: list[dict[str, Any]]
+    vllm_eager: dict[str, Any], vllm_workdir: Path, held_prompts: list[dict[str, Any]], held_file: Path
 ) -> None:
     """The sliding-window patch applied to an overlay of the vllm package, first on PYTHONPATH."""
     import vllm_parity
@@ -52,7 +52,7 @@ def test_planted_vllm_patch_breaks_parity(
         MODEL_DIR / "planted" / "sliding-window-halved.patch", vllm_workdir / "overlay-sliding-window-halved"
     )
     buggy = vllm_parity.run_vllm(
-        MODEL_DIR, HELD, compiled=False, batch_one=False, workdir=vllm_workdir, overlay=overlay
+        MODEL_DIR, held_file, compiled=False, batch_one=False, workdir=vllm_workdir, overlay=overlay
     )
     assert buggy["gemma4_file"].startswith(str(overlay))  # the patched code is what ran
     cmp = vllm_parity.compare(vllm_eager["batch_all"], buggy["batch_all"])
