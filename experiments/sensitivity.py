@@ -88,7 +88,7 @@ def drift(clean: list[torch.Tensor], other: list[torch.Tensor]) -> tuple[float, 
 def main() -> int:
     torch.set_num_threads(1)
     started = time.monotonic()
-    rows = [json.loads(line) for line in (ROOT / "experiments" / "prompts" / "gemma4-tiny-parity.jsonl")
+    rows = [json.loads(line) for line in (ROOT / "experiments" / "prompts" / "gemma4-tiny-parity-grid.jsonl")
             .read_text().splitlines() if line.strip()]
     model = load_model(MODEL)
     clean = forced(model, rows)

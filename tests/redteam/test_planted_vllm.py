@@ -35,7 +35,7 @@ PLANTED = TINY_MODEL / "planted"
 
 def _subset(tmp_path: Path) -> Path:
     """The held prompts at the grid's two longest lengths plus eight short ones (a batch at concurrency 8)."""
-    lines = (ROOT / "experiments" / "prompts" / "gemma4-tiny-parity.jsonl").read_text().splitlines()
+    lines = (ROOT / "experiments" / "prompts" / "gemma4-tiny-parity-grid.jsonl").read_text().splitlines()
     keep = [ln for ln in lines if '"held-in1024-' in ln or '"held-in512-' in ln] + lines[:8]
     path = tmp_path / "held.jsonl"
     path.write_text("\n".join(keep) + "\n")

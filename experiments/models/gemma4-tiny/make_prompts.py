@@ -3,6 +3,8 @@
     .venv/bin/python experiments/models/gemma4-tiny/make_prompts.py
 
 experiments/prompts/gemma4-tiny-parity.jsonl   held set (never shown to the agent), seed 1001
+experiments/prompts/gemma4-tiny-parity-grid.jsonl   the same plus held prompts at the grid's lengths (seed 1003):
+                                                    what the shipped specs use
 experiments/prompts/gemma4-tiny-visible.jsonl  visible set (the agent may read it), seed 2002
 
 Both sets end with prompts at the embedded grid's input lengths (128, 512, 1024; seeds 1003 / 2004).
@@ -81,6 +83,8 @@ def load(path: Path) -> list[dict[str, object]]:
 
 
 if __name__ == "__main__":
-    write(PROMPTS / "gemma4-tiny-parity.jsonl", prompt_set("held", 64, seed=1001) + grid_set("held", 2, seed=1003))
+    # The 64-prompt file stays as it was: campaign logs recorded against it (replay) check its hash.
+    write(PROMPTS / "gemma4-tiny-parity.jsonl", prompt_set("held", 64, seed=1001))
+    write(PROMPTS / "gemma4-tiny-parity-grid.jsonl", prompt_set("held", 64, seed=1001) + grid_set("held", 2, seed=1003))
     write(PROMPTS / "gemma4-tiny-visible.jsonl",
           prompt_set("visible", 32, seed=2002) + grid_set("visible", 1, seed=2004))
