@@ -270,13 +270,13 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
         check_unchanged(expected, roots, when="while the builds were served and measured")
         for run in runs:
             (ga if run.job.tag == a.tag else gb).runs.append(run)
-        if report is not None and {**server.engine_args, **b.engine_args}.get("load_format") != "dummy":
+        if parity is not None and report is not None \
+                and {**server.engine_args, **b.engine_args}.get("load_format") != "dummy":
             # Dummy speed weights make every logprob equal: their outputs are ties by construction.
             workload = compare_workload(
                 ga.runs, gb.runs, tokenizer=server.model, reference_url=servers[a.tag].base_url,
-                model=server.served_model_name, tie_margin=parity.tie_margin if parity else 1.0,
-                answer=copy_task_answer if bench.dataset == "copy-task" else None,
-                alpha=parity.workload_alpha if parity else 0.05)
+                model=server.served_model_name, tie_margin=parity.tie_margin,
+                answer=copy_task_answer if bench.dataset == "copy-task" else None, alpha=parity.workload_alpha)
             report = dataclasses.replace(report, workload=workload)
             progress(workload.summary())
     cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)

