@@ -572,13 +572,22 @@ def reap_containers_under(root: Path) -> int:
         launch_id = (container.labels or {}).get(f"{LABEL}.id", "")
         _remove_quietly(container.remove, force=True, v=True)
         removed += 1
-        listing = subprocess.run(["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30)
-        for network in client.networks.list(filters={"label": f"{LABEL}.id={launch_id}"}):
-            bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name", "")
-            if bridge and f"ratchet:{network.name}" in listing.stdout:
-                _firewall("-D", bridge, f"ratchet:{network.name}")
-            _remove_quietly(network.remove)
+        _remove_networks(client.networks.list(filters={"label": f"{LABEL}.id={launch_id}"}))
     return removed
+
+
+def _remove_networks(networks: list[Any]) -> int:
+    """Remove labelled networks and the host firewall rule each one has (comment `ratchet:<network>`);
+    returns how many rules were removed."""
+    rules = 0
+    listing = subprocess.run(["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30)
+    for network in networks:
+        bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name", "")
+        if bridge and f"ratchet:{network.name}" in listing.stdout:
+            _firewall("-D", bridge, f"ratchet:{network.name}")
+            rules += 1
+        _remove_quietly(network.remove)
+    return rules
 
 
 def prune(client: Any) -> dict[str, int]:
@@ -588,12 +597,5 @@ def prune(client: Any) -> dict[str, int]:
     for container in containers:
         _remove_quietly(container.remove, force=True, v=True)
     networks = client.networks.list(filters={"label": LABEL})
-    rules = 0
-    listing = subprocess.run(["iptables", "-w", "10", "-S", "INPUT"], capture_output=True, text=True, timeout=30)
-    for network in networks:
-        bridge = (network.attrs.get("Options") or {}).get("com.docker.network.bridge.name", "")
-        if bridge and f"ratchet:{network.name}" in listing.stdout:
-            _firewall("-D", bridge, f"ratchet:{network.name}")
-            rules += 1
-        _remove_quietly(network.remove)
+    rules = _remove_networks(networks)
     return {"containers": len(containers), "networks": len(networks), "firewall_rules": rules}

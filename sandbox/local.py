@@ -21,6 +21,7 @@ Either way the server's working directory is an empty folder outside the campaig
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import secrets
@@ -307,6 +308,20 @@ def _netns_env(env: dict[str, str], workspace: Path) -> dict[str, str]:
     return out
 
 
+@functools.cache
+def _probe_bwrap() -> str:
+    """Start one real sandbox, once per process (every server start checks): "" when it works, else why not."""
+    probe = Launch(name="probe", argv=("/usr/bin/true",), workspace=Path("/usr"), env={}, port=0,
+                   log_path=Path("/dev/null"))
+    try:
+        proc = subprocess.run(_bwrap_argv(probe), capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not start a sandbox here: {exc}"
+    if proc.returncode != 0:
+        return f"bwrap could not start a sandbox here (mount namespaces refused?): {proc.stderr.strip()[-300:]}"
+    return ""
+
+
 class LocalBackend:
     name = "local"
 
@@ -335,15 +350,9 @@ class LocalBackend:
                 raise BackendUnavailable(f"{tool} not found; apt-get install -y {package}")
         if gpus and not _gpu_nodes():
             raise BackendUnavailable("the spec asks for GPUs but /dev/nvidia* does not exist on this host")
-        probe = Launch(name="probe", argv=("/usr/bin/true",), workspace=Path("/usr"), env={}, port=0,
-                       log_path=Path("/dev/null"))
-        try:
-            proc = subprocess.run(_bwrap_argv(probe), capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BackendUnavailable(f"bwrap could not start a sandbox here: {exc}") from exc
-        if proc.returncode != 0:
-            raise BackendUnavailable(f"bwrap could not start a sandbox here (mount namespaces refused?): "
-                                     f"{proc.stderr.strip()[-300:]}")
+        why = _probe_bwrap()
+        if why:
+            raise BackendUnavailable(why)
 
     def _start_netns(self, launch: Launch) -> LocalRunning:
         self.check_netns(gpus=self.gpus)
