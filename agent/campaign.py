@@ -119,7 +119,9 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
     writer.append("baseline.result", iteration=0, payload={
         "cells": rows, "startup_s": grid.startup_s, "evidence": grid.evidence, "ref": build.ref,
         "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
-        "reference_sha256": _sha256(log_dir / REFERENCE_FILE)})
+        "reference_sha256": _sha256(log_dir / REFERENCE_FILE),
+        # the weights the reference was recorded from (a GPU host may train its own parity checkpoint)
+        "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model)})
     writer.checkpoint()
     return grid.generations, rows
 
@@ -149,6 +151,25 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def checkpoint_digest(model: Path) -> dict[str, str]:
+    """sha256 of each weight file of a checkpoint directory (streamed: weights can be gigabytes)."""
+    out = {}
+    for f in sorted(model.resolve().glob("*.safetensors")):
+        with f.open("rb") as fh:
+            out[f.name] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return out
+
+
+def check_checkpoints(spec: CampaignSpec) -> None:
+    """Parity needs real weights: a parity checkpoint without them is refused before anything starts."""
+    model = spec.parity.model or spec.server.model
+    if spec.parity.model is None and spec.server.engine_args.get("load_format") == "dummy":
+        return  # refused by the spec itself (dummy weights prove nothing)
+    if not (model / "config.json").is_file() or not any(model.glob("*.safetensors")):
+        hint = f"; {model / 'README.md'} says how to make it" if (model / "README.md").is_file() else ""
+        raise SpecError(f"parity checkpoint {model} has no weights (config.json and *.safetensors){hint}")
+
+
 def check_parity_coverage(spec: CampaignSpec) -> None:
     """Parity must see the lengths and batch shapes the benchmark measures, or the spec must say why not."""
     if spec.parity.uncovered:
@@ -163,6 +184,7 @@ def check_parity_coverage(spec: CampaignSpec) -> None:
 def check_runnable(spec: CampaignSpec) -> None:
     """What a new campaign refuses before it creates anything (older logs with these settings still load)."""
     check_parity_coverage(spec)
+    check_checkpoints(spec)
     try:
         check_repeats(spec.benchmark.repeats)
         check_repeats(spec.benchmark.strong_repeats)
