@@ -203,6 +203,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    # On a busy CPU, torch's default threads fight the other processes (10x slower measured): one thread there.
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: 1 on CPU, torch's on GPU)")
     p.add_argument("--shrink", action="store_true",
                    help="a few-MB model of the same layout (tests of this script on CPU; never for parity)")
     p.add_argument("--out", type=Path, default=HERE)
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.shrink and args.out.resolve() == HERE:
         raise SystemExit("--shrink makes a test model: write it elsewhere (--out DIR), never over the checkpoint")
+    if args.threads or args.device == "cpu":
+        torch.set_num_threads(args.threads or 1)
     cfg = shrunk(config_dict()) if args.shrink else config_dict()
     assert cfg["max_position_embeddings"] == MAX_POSITIONS and cfg["num_kv_shared_layers"] == NUM_KV_SHARED
     model = build_model(cfg, args.seed, args.device)
