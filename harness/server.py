@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -149,6 +150,20 @@ def tree_digest(tree: Path, package: str = "vllm") -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else ""
 
 
+_BACKEND_USED = re.compile(r"Using (?:AttentionBackendEnum\.)?([A-Z][A-Z0-9_]+) backend")
+_BACKEND_REFUSED_ON_CPU = re.compile(r"Cannot use (?:AttentionBackendEnum\.)?[A-Z0-9_]+ backend on CPU")
+
+
+def attention_backend(log_path: Path) -> str:
+    """The attention backend vLLM says it chose (read from the server's log: informative, not trusted)."""
+    text = log_path.read_text(errors="replace")
+    if found := _BACKEND_USED.findall(text):
+        return found[-1]
+    if _BACKEND_REFUSED_ON_CPU.search(text):
+        return "CPU_ATTN (vLLM's CPU attention)"
+    return "not logged"
+
+
 def _read_evidence(log_path: Path) -> dict[str, object]:
     for line in log_path.read_text(errors="replace").splitlines():
         if line.startswith(EVIDENCE_TAG):
@@ -222,6 +237,7 @@ def _serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: d
             raise WrongTreeLoaded(f"the server's gemma4.py (sha256 {evidence.get('gemma4_sha256')}) is not the tree's "
                                   f"({evidence['host_gemma4_sha256']}); the measured code is not the candidate")
         evidence["isolation"] = running.isolation
+        evidence["attention_backend"] = attention_backend(log_path)
         yield Server(base_url=running.base_url, model_name=config.served_model_name, startup_s=startup_s,
                      evidence=evidence, log_path=log_path, running=running)
     finally:
