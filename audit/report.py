@@ -1,210 +1,217 @@
-"""`ratchet audit report DIR`: a self-contained report.html (inline SVG, no JS) plus summary.md."""
+"""`ratchet audit report DIR`: one self-contained report.html (inline SVG, no script, no link) and summary.md.
+
+Both lead with what a reviewer came for: whether the log verified and against which key, the isolation, best vs
+stock with its interval and parity, and the verdict in words. Then the final comparison per cell, the
+environment, every iteration (hypothesis, diff, per-cell intervals, parity evidence, the reason for its verdict)
+and the gate's decisions. The facts come from `audit/facts.py`; nothing here reads the log itself.
+"""
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+import re
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from audit.base import KIND_ITERATION_RESULT, VerifyResult
-from audit.reader import payload_of, read_records
-from audit.schema import IterationResult
-from audit.svg import Point, bars, hbars, points
+from audit.base import VerifyResult
+from audit.facts import CampaignFacts, CellInterval, IterationFacts, campaign_facts
+from audit.plots import decisions_plot, forest_plot, iterations_plot
 from audit.verify import verify
 
-__all__ = ["Summary", "summarize", "write_report"]
+__all__ = ["headline", "write_report"]
 
-_COLORS = {"allow": "#2e7d32", "deny": "#c62828", "ask": "#f9a825"}
-
-
-@dataclass(frozen=True)
-class Summary:
-    campaign: str
-    records: int
-    iterations: tuple[tuple[int, IterationResult], ...]
-    decisions: tuple[tuple[str, str, int], ...]  # (rule, decision, count), most frequent first
-    kinds: tuple[tuple[str, int], ...]
-    policy_hashes: tuple[str, ...]
-    malformed_results: int
-    ending: str = ""    # the campaign's own verdict on itself (campaign.end), first thing a reader sees
-    isolation: str = ""
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:1040px;margin:2em auto;color:#222;line-height:1.4}"
+    "table{border-collapse:collapse;font-size:13px;margin:6px 0}td,th{border:1px solid #ccc;padding:3px 7px;"
+    "text-align:left;vertical-align:top}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".ok{color:#2e7d32}.bad{color:#c62828;font-weight:bold}.muted{color:#666}"
+    ".headline{border:2px solid #888;padding:8px 14px;margin:10px 0;border-radius:6px}"
+    ".headline.good{border-color:#2e7d32}.headline.warn{border-color:#c62828}"
+    "pre{background:#f6f8fa;padding:8px;overflow-x:auto;font-size:12px}details{margin:4px 0 12px}"
+    "summary{cursor:pointer}svg{display:block;margin:8px 0;max-width:100%;height:auto}"
+)
 
 
-def summarize(directory: Path) -> Summary:
-    records = read_records(directory)
-    iterations: list[tuple[int, IterationResult]] = []
-    malformed = 0
-    ending = isolation = ""
-    decisions: Counter[tuple[str, str]] = Counter()
-    for record in records:
-        if record.get("kind") == KIND_ITERATION_RESULT:
-            try:
-                result = IterationResult.model_validate(payload_of(directory, record))
-                iterations.append((int(record.get("iteration") or len(iterations)), result))
-            except (ValidationError, TypeError, ValueError):
-                malformed += 1
-        if record.get("decision"):
-            decisions[(str(record.get("rule") or "-"), str(record["decision"]))] += 1
-        if record.get("kind") in ("campaign.end", "campaign.start"):
-            body = payload_of(directory, record)
-            if isinstance(body.get("verdict"), dict):
-                ending = f"{body['verdict'].get('status')}: {body['verdict'].get('text')}"
-            if body.get("isolation"):
-                isolation = str(body["isolation"])
-    return Summary(
-        campaign=str(records[0].get("campaign")) if records else "?",
-        records=len(records),
-        iterations=tuple(iterations),
-        decisions=tuple((rule, verdict, n) for (rule, verdict), n in decisions.most_common()),
-        kinds=tuple(Counter(str(r.get("kind")) for r in records).most_common()),
-        policy_hashes=tuple(sorted({str(r["policy_sha256"]) for r in records if r.get("policy_sha256")})),
-        malformed_results=malformed,
-        ending=ending,
-        isolation=isolation,
-    )
+def _tok(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f} tok/s"
 
 
-def _color(result: IterationResult) -> str:
-    if result.accepted:
-        return "#2e7d32"
-    return "#c62828" if not result.parity_ok else "#9e9e9e"
+def _verified(result: VerifyResult) -> str:
+    if not result.ok:
+        return f"LOG VERIFICATION FAILED at seq {result.bad_seq}: {result.reason}"
+    return (f"log verified: {result.records:,} records, {result.checkpoints} signed checkpoint(s), "
+            f"key: {result.key_source}")
 
 
-def _charts(summary: Summary) -> list[str]:
-    its = summary.iterations
-    throughput = [
-        Point(float(i), r.throughput_tok_s, _color(r), f"it {i}: {r.throughput_tok_s:g} tok/s {r.reason}")
-        for i, r in its
-        if r.throughput_tok_s is not None
-    ]
-    baseline = next((r.incumbent_tok_s for _, r in its if r.incumbent_tok_s is not None), None)
-    speedup = [
-        Point(float(i), r.speedup, _color(r), f"it {i}: x{r.speedup:g} CI [{r.ci_low}, {r.ci_high}]")
-        for i, r in its
-        if r.speedup is not None
-    ]
-    accepted = sum(1 for _, r in its if r.accepted)
-    parity_fail = sum(1 for _, r in its if not r.parity_ok)
-    rejected = len(its) - accepted
+def _best_vs_stock(facts: CampaignFacts) -> str:
+    if facts.final is not None:
+        parity = {True: "parity ok", False: "PARITY FAILED", None: "parity not recorded"}[facts.final_parity_ok]
+        return f"best vs stock {facts.final} ({parity})"
+    if not any(it.accepted for it in facts.iterations):
+        return "no change accepted: the campaign's result is stock vLLM"
+    return "best vs stock: not measured (no final comparison in the log)"
+
+
+def headline(facts: CampaignFacts, result: VerifyResult) -> list[str]:
+    """The lines a reviewer reads first, in order (the HTML and markdown both start with them)."""
+    verdict = (f"{facts.verdict_status}: {facts.verdict_text}" if facts.verdict_status
+               else "the campaign has not ended (no campaign.end record)")
     return [
-        points(
-            "Throughput per iteration (tok/s; green accepted, red parity fail)",
-            throughput,
-            y_label="tok/s",
-            baseline=baseline,
-        ),
-        points("Speedup vs incumbent per iteration", speedup, y_label="x", baseline=1.0),
-        bars("Accepted vs rejected", [("accepted", accepted, "#2e7d32"), ("rejected", rejected, "#9e9e9e")]),
-        bars(
-            "Parity",
-            [("parity ok", len(its) - parity_fail, "#2e7d32"), ("parity fail", parity_fail, "#c62828")],
-        ),
-        hbars(
-            "Decisions by rule",
-            [(f"{rule} ({v})", n, _COLORS.get(v, "#555")) for rule, v, n in summary.decisions],
-        ),
+        f"Isolation: {facts.isolation or 'not recorded'}",
+        f"Verdict: {verdict}",
+        _best_vs_stock(facts),
+        _verified(result),
     ]
 
 
-def _status(result: VerifyResult) -> str:
-    if result.ok:
-        return (
-            f"verified {result.records} records, {result.checkpoints} checkpoint(s); key: {result.key_source}"
-        )
-    return f"VERIFICATION FAILED at seq {result.bad_seq}: {result.reason}"
+def _good(facts: CampaignFacts, result: VerifyResult) -> bool:
+    return result.ok and facts.verdict_status not in ("not-shown", "") and facts.final_parity_ok is not False
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+def _table(head: list[str] | None, rows: list[list[str]], numeric: frozenset[int] | set[int] = frozenset()) -> str:
+    th = f"<tr>{''.join(f'<th>{escape(h)}</th>' for h in head)}</tr>" if head else ""
+    body = "".join("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{escape(c)}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table>{th}{body}</table>"
 
 
-def _rows(summary: Summary) -> list[list[str]]:
-    return [
-        [
-            str(i),
-            "yes" if r.accepted else "no",
-            "ok" if r.parity_ok else "FAIL",
-            _num(r.throughput_tok_s),
-            _num(r.speedup),
-            f"[{_num(r.ci_low)}, {_num(r.ci_high)}]",
-            r.commit or "",
-            r.reason,
-        ]
-        for i, r in summary.iterations
+def _cell_rows(cells: tuple[CellInterval, ...]) -> list[list[str]]:
+    return [[c.cell, f"{c.speedup.ratio:.3f}×", f"[{c.speedup.low:.3f}, {c.speedup.high:.3f}]",
+             _tok(c.incumbent), _tok(c.candidate)] for c in cells]
+
+
+_CELL_HEAD = ["cell", "speedup B/A", "interval", "A (incumbent) median", "B (candidate) median"]
+
+
+def _environment(facts: CampaignFacts) -> list[list[str]]:
+    env = dict(facts.environment)
+    order = ["vllm", "torch", "transformers", "attention_backend", "gpu", "cpu", "cpus", "machine", "platform",
+             "python", "ratchet_commit", "harness_sha256"]
+    rows = [[k, env.pop(k)] for k in order if k in env] + [[k, v] for k, v in sorted(env.items())]
+    rows.append(["engine args (stock)", ", ".join(f"{k}={v}" for k, v in sorted(facts.engine_args.items())) or "–"])
+    rows.append(["spec / proposer", f"{facts.spec_name or '?'} / {facts.proposer or '?'}"])
+    return rows
+
+
+def _iteration_html(it: IterationFacts) -> str:
+    status = "accepted" if it.accepted else ("parity failed" if not it.parity_ok else (it.outcome or "rejected"))
+    ratio = str(it.overall) if it.overall else "–"
+    css = "ok" if it.accepted else "bad" if not it.parity_ok else "muted"
+    parts = [f"<h3>Iteration {it.iteration}: <span class='{css}'>"
+             f"{escape(status)}</span> — {escape(ratio)}</h3>",
+             f"<p><b>Hypothesis:</b> {escape(it.hypothesis or '–')}</p>",
+             f"<p><b>Verdict:</b> {escape(it.reason or '–')}</p>",
+             f"<p><b>Parity:</b> {escape(it.parity or '–')}</p>"]
+    if it.screen and it.overall and it.screen != it.overall:
+        parts.append(f"<p class=muted>screen {escape(str(it.screen))}, confirmation {escape(str(it.overall))}</p>")
+    if it.divergences:
+        parts.append("<details><summary>Divergences (" + str(len(it.divergences)) + ")</summary>" + _table(
+            ["where", "position", "reference token", "candidate token", "reference margin (nats)", "note"],
+            [[d.where, str(d.position), str(d.reference_token), str(d.candidate_token),
+              "–" if d.reference_margin is None else f"{d.reference_margin:.2f}", d.excused]
+             for d in it.divergences], {1, 4}) + "</details>")
+    if it.cells:
+        parts.append("<details><summary>Per-cell results</summary>"
+                     + _table(_CELL_HEAD, _cell_rows(it.cells), {1, 3, 4})
+                     + "</details>")
+    if it.diff:   # an accepted change's diff is what a reviewer reads: open
+        parts.append(f"<details{' open' if it.accepted else ''}><summary>Diff ({it.diff.count(chr(10))} lines)"
+                     f"</summary><pre>{escape(it.diff)}</pre>"
+                     "</details>")
+    return "".join(parts)
+
+
+def _html(facts: CampaignFacts, result: VerifyResult, accept_lower_bound: float | None) -> str:
+    head = headline(facts, result)
+    # the verdict in words is the line to read; a log that does not verify is shouted
+    box = "".join(f"<p class='{'bad' if i == 3 and not result.ok else ''}'>"
+                  + (f"<strong style='font-size:1.15em'>{escape(line)}</strong>" if i == 1 else escape(line)) + "</p>"
+                  for i, line in enumerate(head))
+    sections = [
+        f"<h1>Campaign {escape(facts.campaign)} (isolation: {escape(facts.isolation or 'not recorded')})</h1>",
+        f"<div class='headline {'good' if _good(facts, result) else 'warn'}'>{box}</div>",
     ]
+    if facts.final is not None:
+        sections += ["<h2>Final comparison: best vs stock</h2>",
+                     forest_plot("Best vs stock per cell (paired speedup and interval)", facts.final_cells, facts.final,
+                                 accept_lower_bound=accept_lower_bound),
+                     _table(_CELL_HEAD[:3], [r[:3] for r in _cell_rows(facts.final_cells)]
+                            + [["overall (geo-mean)", f"{facts.final.ratio:.3f}×",
+                                f"[{facts.final.low:.3f}, {facts.final.high:.3f}]"]], {1})]
+    sections += ["<h2>Environment</h2>", _table(None, _environment(facts))]
+    if facts.baseline:
+        sections += ["<h2>Stock vLLM (baseline)</h2>",
+                     _table(["cell", "headline throughput"], [[c, _tok(v)] for c, v in facts.baseline], {1})]
+    sections.append(f"<h2>Iterations ({len(facts.iterations)})</h2>")
+    if facts.iterations:
+        sections.append(iterations_plot(facts.iterations))
+        sections += [_iteration_html(it) for it in facts.iterations]
+    if facts.decisions:
+        sections += ["<h2>Gate decisions</h2>", decisions_plot(facts.decisions),
+                     _table(["rule", "decision", "count"], [[r, d, str(n)] for r, d, n in facts.decisions], {2})]
+    kinds = ", ".join(f"{k}: {n}" for k, n in facts.kinds)
+    sections.append(f"<p class=muted>{facts.records:,} records ({escape(kinds)}); policy sha256 "
+                    f"{escape(', '.join(facts.policy_hashes) or 'none recorded')}; malformed records: {facts.malformed}"
+                    f"{'; stop: ' + escape(facts.stop_reason) if facts.stop_reason else ''}</p>")
+    return (f"<!DOCTYPE html><html lang=en><head><meta charset='utf-8'><title>ratchet · {escape(facts.campaign)}"
+            f"</title><style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>\n")
 
 
-_HEAD = ["iteration", "accepted", "parity", "tok/s", "speedup", "CI", "commit", "reason"]
+def _md_cells(cells: tuple[CellInterval, ...], *, medians: bool = True) -> list[str]:
+    width = len(_CELL_HEAD) if medians else 3
+    return ["| " + " | ".join(_CELL_HEAD[:width]) + " |", "|---|---:|---|---:|---:|"[:4 * width + 1],
+            *("| " + " | ".join(row[:width]) + " |" for row in _cell_rows(cells))]
 
 
-def _html(summary: Summary, status: str, ok: bool) -> str:
-    style = (
-        "body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}"
-        ".ok{color:#2e7d32}.bad{color:#c62828;font-weight:bold}svg{margin:8px 0;display:block}"
-    )
-    rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in _rows(summary))
-    head = "".join(f"<th>{escape(h)}</th>" for h in _HEAD)
-    kinds = ", ".join(f"{escape(k)}: {n}" for k, n in summary.kinds)
-    hashes = "<br>".join(escape(h) for h in summary.policy_hashes) or "none recorded"
-    return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>ratchet report {escape(summary.campaign)}"
-        f"</title><style>{style}</style></head><body><h1>Campaign {escape(summary.campaign)}"
-        f"{' (isolation: ' + escape(summary.isolation) + ')' if summary.isolation else ''}</h1>"
-        f"<p class='{'ok' if ok else 'bad'}'>{escape(status)}</p>"
-        + (f"<p class='{'bad' if summary.ending.startswith('not-shown') else 'ok'}'>Verdict: "
-           f"{escape(summary.ending)}</p>" if summary.ending else "<p>Verdict: the campaign has not ended</p>")
-        + (f"<p>Isolation: {escape(summary.isolation)}</p>" if summary.isolation else "")
-        +
-        f"<p>{summary.records} records ({kinds}).</p><p>Policy sha256:<br><code>{hashes}</code></p>"
-        + "".join(_charts(summary))
-        + f"<h2>Iterations</h2><table><tr>{head}</tr>{rows}</table></body></html>\n"
-    )
+def _md(text: str) -> str:
+    """Candidate-written text (an LLM's hypothesis, a reason quoting it) as inert markdown: no HTML, no table break."""
+    return escape(text, quote=False).replace("|", "/").replace("\n", " ")
 
 
-def _markdown(summary: Summary, status: str) -> str:
-    accepted = [i for i, r in summary.iterations if r.accepted]
-    lines = [
-        f"# Campaign {summary.campaign}" + (f" (isolation: {summary.isolation})" if summary.isolation else ""),
-        "",
-        f"- Verdict: {summary.ending or 'the campaign has not ended'}",
-        f"- Log: {status}",
-        *([f"- Isolation: {summary.isolation}"] if summary.isolation else []),
-        f"- Records: {summary.records}; iterations: {len(summary.iterations)}; accepted: {len(accepted)}"
-        f" ({', '.join(map(str, accepted)) or 'none'}); malformed results: {summary.malformed_results}",
-        f"- Policy sha256: {', '.join(summary.policy_hashes) or 'none recorded'}",
-        "",
-        "| " + " | ".join(_HEAD) + " |",
-        "|" + "---|" * len(_HEAD),
-        *("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in _rows(summary)),
-        "",
-        "## Decisions by rule",
-        "",
-        "| rule | decision | count |",
-        "|---|---|---|",
-        *(f"| {rule} | {v} | {n} |" for rule, v, n in summary.decisions),
-        "",
-    ]
+def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
+    lines = [f"# Campaign {facts.campaign} (isolation: {facts.isolation or 'not recorded'})", "",
+             *(f"- {line}" for line in headline(facts, result)), ""]
+    if facts.final is not None:
+        lines += ["## Final comparison: best vs stock", "", *_md_cells(facts.final_cells, medians=False),
+                  f"| **overall** | {facts.final.ratio:.3f}× | [{facts.final.low:.3f}, {facts.final.high:.3f}] |", ""]
+    lines += ["## Environment", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in _environment(facts)), ""]
+    lines += [f"## Iterations ({len(facts.iterations)})", "",
+              "| iteration | verdict | speedup [interval] | parity | reason |", "|---|---|---|---|---|"]
+    for it in facts.iterations:
+        status = "accepted" if it.accepted else "parity failed" if not it.parity_ok else it.outcome or "rejected"
+        lines.append(f"| {it.iteration} | {status} | {it.overall or '–'} | {_md(it.parity)} | {_md(it.reason)} |")
+    for it in facts.iterations:
+        lines += ["", f"### Iteration {it.iteration}", "", f"Hypothesis: {_md(it.hypothesis) or '–'}", ""]
+        if it.cells:
+            lines += _md_cells(it.cells)
+        if it.diff:   # a fence longer than any backtick run in the diff, so the diff cannot close it
+            fence = "`" * max(3, 1 + max((len(r) for r in re.findall(r"`+", it.diff)), default=0))
+            lines += ["", "<details><summary>diff</summary>", "", f"{fence}diff", it.diff.rstrip("\n"), fence, "",
+                      "</details>"]
+    lines += ["", "## Gate decisions", "", "| rule | decision | count |", "|---|---|---:|",
+              *(f"| {r} | {d} | {n} |" for r, d, n in facts.decisions), ""]
     return "\n".join(lines)
 
 
-def write_report(
-    directory: Path,
-    *,
-    out_dir: Path | None = None,
-    verification: VerifyResult | None = None,
-    **verify_args: Any,
-) -> tuple[Path, Path]:
+def _accept_bound(directory: Path) -> float | None:
+    from audit.reader import payload_of, read_records
+
+    for record in read_records(directory):
+        if record.get("kind") == "campaign.start":
+            spec: Any = payload_of(directory, record).get("spec") or {}
+            bound = (spec.get("stats") or {}).get("accept_lower_bound")
+            return float(bound) if isinstance(bound, int | float) else None
+    return None
+
+
+def write_report(directory: Path, *, out_dir: Path | None = None, verification: VerifyResult | None = None,
+                 **verify_args: Any) -> tuple[Path, Path]:
     """Write report.html and summary.md (into `out_dir`, default the log dir); return their paths."""
     result = verification or verify(directory, **verify_args)
-    summary = summarize(directory)
+    facts = campaign_facts(directory)
     out = out_dir or directory
     out.mkdir(parents=True, exist_ok=True)
     html_path, md_path = out / "report.html", out / "summary.md"
-    html_path.write_text(_html(summary, _status(result), result.ok), encoding="utf-8")
-    md_path.write_text(_markdown(summary, _status(result)), encoding="utf-8")
+    html_path.write_text(_html(facts, result, _accept_bound(directory)), encoding="utf-8")
+    md_path.write_text(_markdown(facts, result), encoding="utf-8")
     return html_path, md_path

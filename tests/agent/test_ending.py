@@ -77,10 +77,10 @@ def test_the_report_and_summary_lead_with_the_campaigns_verdict(tmp_path: Path) 
         writer.checkpoint()
     html, md = write_report(tmp_path / "log")
     summary = md.read_text().splitlines()
-    assert summary[2].startswith("- Verdict: not-shown") and "0.905x" in summary[2]
-    assert "- Isolation: docker" in summary
+    assert summary[0].endswith("(isolation: docker)") and summary[2] == "- Isolation: docker"
+    assert summary[3].startswith("- Verdict: not-shown") and "0.905x" in summary[3]
     page = html.read_text()
-    assert page.index("Verdict: not-shown") < page.index("Iterations") and "class='bad'>Verdict" in page
+    assert page.index("Verdict: not-shown") < page.index("Iterations") and "class='headline warn'" in page
 
 
 def _spec_with(tmp_path: Path, **changes: object) -> Path:

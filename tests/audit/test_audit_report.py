@@ -1,15 +1,31 @@
-"""show and report: a readable timeline, a self-contained HTML report with inline SVG, a summary."""
+"""show and report: a readable timeline; a self-contained HTML report and a summary that lead with the headline
+(isolation, verdict, best vs stock, which key verified the log); the facts they are drawn from."""
 
 from __future__ import annotations
 
 import io
 import re
+import tarfile
+from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
-from audit import show, write_report
-from audit.report import summarize
+from audit import show, verify, write_report
+from audit.facts import campaign_facts
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN1 = ROOT / "experiments" / "results" / "main-job-run1-log.tgz"  # a real campaign: accepted iteration 3
+
+
+@pytest.fixture(scope="module")
+def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run1")
+    with tarfile.open(RUN1) as tar:
+        tar.extractall(out, filter="data")
+    (log,) = out.glob("gemma4-tiny-cpu-*")
+    return log
 
 
 def test_show_prints_every_record_with_its_decision(campaign: Any) -> None:
@@ -20,29 +36,94 @@ def test_show_prints_every_record_with_its_decision(campaign: Any) -> None:
     assert "deny-tests" in text and "checkpoint" in text and "ACCEPTED" in text
 
 
-def test_the_report_is_self_contained_with_the_four_plots(campaign: Any) -> None:
+def test_the_report_is_self_contained(campaign: Any) -> None:
     html_path, md_path = write_report(campaign.dir, pubkey=campaign.key, anchor=campaign.anchor)
     html = html_path.read_text()
-    assert html.count("<svg") == 5
-    for title in ("Throughput per iteration", "Accepted vs rejected", "Parity", "Decisions by rule"):
-        assert title in html
+    assert html.count("<svg") == 2  # iterations and gate decisions (no final comparison in this log)
+    assert "Speedup vs incumbent per iteration" in html and "Gate decisions by rule" in html
     assert "<script" not in html.lower() and "<link" not in html.lower()
-    assert set(re.findall(r"https?://[^\"' ]+", html)) <= {"http://www.w3.org/2000/svg"}
-    assert "verified 25 records" in html
+    # only the SVG namespaces: nothing is fetched
+    assert set(re.findall(r"https?://[^\"' ]+", html)) <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    assert f"log verified: 25 records, 2 signed checkpoint(s), key: given public key {campaign.key}" in html
     summary = md_path.read_text()
-    assert "| deny-tests | deny | 3 |" in summary and "accepted: 1 (1)" in summary
+    assert "| deny-tests | deny | 3 |" in summary
+    assert "| 1 | accepted | 1.070× [1.050, 1.090] |" in summary
 
 
 def test_the_report_says_when_the_log_does_not_verify(campaign: Any, tools: dict[str, Any]) -> None:
     lines = tools["lines"](campaign.dir)
     tools["write"](campaign.dir, lines[:-1])
-    html_path, _ = write_report(campaign.dir)
-    assert "VERIFICATION FAILED" in html_path.read_text()
+    html_path, md_path = write_report(campaign.dir)
+    assert "LOG VERIFICATION FAILED" in html_path.read_text()
+    assert "- LOG VERIFICATION FAILED" in md_path.read_text()
 
 
-def test_summaries_count_iterations_and_decisions(campaign: Any) -> None:
-    summary = summarize(campaign.dir)
-    assert [i for i, _ in summary.iterations] == [0, 1, 2]
-    assert [r.parity_ok for _, r in summary.iterations] == [True, True, False]
-    assert dict(((rule, v), n) for rule, v, n in summary.decisions)[("builtin-shell", "deny")] == 3
-    assert len(summary.policy_hashes) == 1
+def test_the_facts_of_a_real_campaign(real_log: Path) -> None:
+    facts = campaign_facts(real_log)
+    assert facts.verdict_status == "improved" and facts.final is not None
+    assert (round(facts.final.ratio, 3), round(facts.final.low, 3), round(facts.final.high, 3)) == (1.367, 1.281, 1.459)
+    assert len(facts.final_cells) == 9 and facts.final_parity_ok is True
+    assert facts.environment["vllm"] == "0.32.0" and facts.environment["cpus"] == "2"
+    assert [it.accepted for it in facts.iterations] == [False, False, True]
+    accepted = facts.iterations[2]
+    assert accepted.diff.startswith("diff --git") and "enforce_eager" in accepted.diff
+    assert "held prompts 64/64 identical" in accepted.parity and len(accepted.cells) == 9
+    assert all(c.incumbent and c.candidate for c in accepted.cells)  # A's and B's medians of the same A/B
+
+
+def test_a_real_campaigns_report_leads_with_its_headline(real_log: Path, tmp_path: Path) -> None:
+    html_path, md_path = write_report(real_log, out_dir=tmp_path)
+    html = html_path.read_text()
+    order = [html.index(s) for s in ("Isolation: local", "Verdict: improved", "best vs stock 1.367× [1.281, 1.459]",
+                                     "log verified: 48 records", "Final comparison: best vs stock", "Environment",
+                                     "Iteration 3: <span class='ok'>accepted")]
+    assert order == sorted(order)
+    assert html.count("<svg") == 3 and "accept bound 1.02×" in html
+    assert "<details open><summary>Diff" in html  # the accepted change's diff is open; the others are folded
+    assert "16,783 tok/s" in html  # thousands separators, units
+    summary = md_path.read_text().splitlines()
+    assert summary[2:6] == ["- Isolation: local", summary[3], "- best vs stock 1.367× [1.281, 1.459] (parity ok)",
+                            summary[5]] and summary[3].startswith("- Verdict: improved: best vs stock 1.367x")
+    assert "| **overall** | 1.367× | [1.281, 1.459] |" in md_path.read_text()
+
+
+def test_two_reports_of_one_log_are_identical(real_log: Path, tmp_path: Path) -> None:
+    a, _ = write_report(real_log, out_dir=tmp_path / "a")
+    b, _ = write_report(real_log, out_dir=tmp_path / "b")
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_the_real_log_verifies(real_log: Path) -> None:
+    assert verify(real_log).ok
+
+
+def test_the_attention_backend_is_read_from_the_server_log(tmp_path: Path) -> None:
+    from harness.server import attention_backend
+
+    log = tmp_path / "server.log"
+    log.write_text("INFO [cuda.py:1] Using AttentionBackendEnum.TRITON_ATTN backend.\n")
+    assert attention_backend(log) == "TRITON_ATTN"
+    log.write_text("INFO forcing TRITON_ATTN backend.\nINFO [cpu.py:178] Cannot use AttentionBackendEnum.TRITON_ATTN "
+                   "backend on CPU.\n")
+    assert attention_backend(log).startswith("CPU_ATTN")
+    log.write_text("nothing about attention\n")
+    assert attention_backend(log) == "not logged"
+
+
+def test_candidate_text_cannot_inject_markup(tmp_path: Path) -> None:
+    """An LLM's hypothesis and diff are the agent's words: inert in both the page and the summary."""
+    from audit import AuditWriter
+
+    evil = "<script>alert(1)</script> | ```"
+    with AuditWriter.open(tmp_path / "log", campaign="c", anchor_dir=tmp_path / "anchors") as writer:
+        writer.append("iteration.hypothesis", iteration=1, payload={"hypothesis": evil})
+        writer.append("iteration.patch", iteration=1, payload={"diff": "+ x = 1 # ``` </pre><script>x</script>\n"})
+        writer.append("iteration.result", iteration=1, payload={"accepted": True, "parity_ok": True, "reason": evil})
+        writer.checkpoint()
+    html, md = write_report(tmp_path / "log")
+    assert "<script" not in html.read_text().lower()
+    summary = md.read_text()
+    # the diff sits in a fence longer than any backtick run in it (code, shown literally); nothing else has markup
+    before, fenced = summary.split("````diff\n")
+    code, after = fenced.split("\n````\n")
+    assert "<script" in code and "<script" not in (before + after).lower()

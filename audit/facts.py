@@ -1,0 +1,254 @@
+"""What a reviewer reads off a campaign's log, gathered once: the headline (verdict, best vs stock, isolation,
+environment), each iteration's hypothesis, diff, parity evidence and per-cell intervals, and the gate's decisions.
+
+The report (HTML, markdown) and the MLflow export render these facts; neither reads the log itself. A log written
+by an older ratchet lacks some records: the facts are then absent (None / empty), never invented.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.reader import payload_of, read_records
+
+__all__ = ["CampaignFacts", "CellInterval", "Divergence", "IterationFacts", "Ratio", "campaign_facts"]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A paired B/A speedup with its interval (`harness/stats.py`), over `n` interleaved pairs."""
+
+    ratio: float
+    low: float
+    high: float
+    n: int | None = None
+
+    @classmethod
+    def of(cls, body: Any) -> Ratio | None:
+        keys = ("ratio", "low", "high")
+        if not isinstance(body, dict) or not all(isinstance(body.get(k), int | float) for k in keys):
+            return None
+        n = body.get("n")
+        return cls(float(body["ratio"]), float(body["low"]), float(body["high"]), n if isinstance(n, int) else None)
+
+    def __str__(self) -> str:
+        return f"{self.ratio:.3f}× [{self.low:.3f}, {self.high:.3f}]"
+
+
+@dataclass(frozen=True)
+class CellInterval:
+    cell: str
+    speedup: Ratio
+    incumbent: float | None = None  # A's median of the headline metric in the same A/B
+    candidate: float | None = None  # B's
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a candidate's greedy tokens left the reference's (held prompt or benchmark request)."""
+
+    where: str  # "held-017" or "in512/out32 repeat 1 request 26"
+    position: int | None
+    reference_token: int | None
+    candidate_token: int | None
+    reference_margin: float | None
+    excused: str = ""  # why it does not count, when it does not
+
+
+@dataclass(frozen=True)
+class IterationFacts:
+    iteration: int
+    accepted: bool
+    parity_ok: bool
+    outcome: str = ""
+    reason: str = ""
+    hypothesis: str = ""
+    source: str = ""
+    diff: str = ""
+    overall: Ratio | None = None
+    screen: Ratio | None = None
+    cells: tuple[CellInterval, ...] = ()
+    parity: str = ""  # one line: held prompts identical / diverged, drift, workload
+    divergences: tuple[Divergence, ...] = ()
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
+class CampaignFacts:
+    campaign: str
+    records: int
+    isolation: str = ""
+    spec_name: str = ""
+    proposer: str = ""
+    metric: str = "total_token_throughput"
+    environment: dict[str, str] = field(default_factory=dict)
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    baseline: tuple[tuple[str, float], ...] = ()  # (cell, stock's headline tok/s)
+    verdict_status: str = ""
+    verdict_text: str = ""
+    stop_reason: str = ""
+    wall_seconds: float | None = None
+    final: Ratio | None = None
+    final_cells: tuple[CellInterval, ...] = ()
+    final_parity_ok: bool | None = None
+    iterations: tuple[IterationFacts, ...] = ()
+    decisions: tuple[tuple[str, str, int], ...] = ()  # (rule, decision, count), most frequent first
+    kinds: tuple[tuple[str, int], ...] = ()
+    policy_hashes: tuple[str, ...] = ()
+    malformed: int = 0
+
+
+def _cells(body: Any, a_rows: Any = None, b_rows: Any = None, metric: str = "") -> tuple[CellInterval, ...]:
+    """Per-cell headline intervals of an A/B (`cells` of iteration.result or of the final comparison)."""
+    if not isinstance(body, dict):
+        return ()
+    a = {r.get("cell"): r for r in a_rows or [] if isinstance(r, dict)}
+    b = {r.get("cell"): r for r in b_rows or [] if isinstance(r, dict)}
+    out = []
+    for cell, stats in sorted(body.items(), key=lambda kv: _cell_key(kv[0])):
+        ratio = Ratio.of(stats.get("headline") if isinstance(stats, dict) and "headline" in stats else stats)
+        if ratio is None:
+            continue
+        metric_of = _headline_metric(cell, metric)
+        out.append(CellInterval(cell, ratio, _float(a.get(cell, {}).get(metric_of)),
+                                _float(b.get(cell, {}).get(metric_of))))
+    return tuple(out)
+
+
+def _headline_metric(cell: str, metric: str) -> str:
+    # prefill cells (output 1) are judged on prefill throughput, the others on the spec's metric
+    return "prefill_tok_s" if cell.endswith("/out1") else metric
+
+
+def _cell_key(cell: str) -> tuple[int, int, str]:
+    try:
+        i, o = cell.removeprefix("in").split("/out")
+        return int(i), int(o), cell
+    except ValueError:
+        return 1 << 30, 0, cell
+
+
+def _dict(body: dict[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _parity_line(body: dict[str, Any]) -> tuple[str, tuple[Divergence, ...]]:
+    verdicts = [v for v in body.get("verdicts") or [] if isinstance(v, dict)]
+    same = sum(1 for v in verdicts if v.get("match"))
+    divergences = [
+        Divergence(str(v.get("prompt_id")), v.get("first_divergence"), v.get("reference_token"),
+                   v.get("candidate_token"), _float(v.get("reference_margin")),
+                   "the reference was wrong, the candidate right" if v.get("reference_wrong") else "")
+        for v in verdicts if not v.get("match")]
+    parts = [f"held prompts {same}/{len(verdicts)} identical"]
+    drift = body.get("drift")
+    if isinstance(drift, dict) and _float(drift.get("nats")) is not None:
+        tol = _float(body.get("logprob_tolerance"))
+        parts.append(f"logprob drift {drift['nats']:.2g} nats at {drift.get('prompt_id')} token {drift.get('position')}"
+                     + (f" (tolerance {tol:g})" if tol is not None else " (not checked)"))
+    workload = body.get("workload")
+    if isinstance(workload, dict):
+        n = workload.get("divergence_count", 0)
+        verdict = f" ({workload['verdict']})" if workload.get("verdict") else ""
+        parts.append(f"benchmark requests: {n} diverged{verdict}")
+        for d in (workload.get("divergences") or [])[:20]:
+            if isinstance(d, dict):
+                divergences.append(Divergence(
+                    f"{d.get('cell')} repeat {d.get('repeat')} request {d.get('request')}", d.get("position"),
+                    d.get("reference_token"), d.get("candidate_token"), _float(d.get("reference_margin")),
+                    "" if d.get("candidate_wrong_only") else "both or neither wrong"))
+    return "; ".join(parts), tuple(divergences)
+
+
+def campaign_facts(directory: Path) -> CampaignFacts:
+    records = read_records(directory)
+    by_it: dict[int, dict[str, Any]] = {}
+    facts: dict[str, Any] = {}
+    decisions: Counter[tuple[str, str]] = Counter()
+    malformed = 0
+    for record in records:
+        kind = str(record.get("kind"))
+        if record.get("decision"):
+            decisions[(str(record.get("rule") or "-"), str(record["decision"]))] += 1
+        try:
+            body = payload_of(directory, record)
+        except (OSError, ValueError):
+            malformed += 1
+            continue
+        it = record.get("iteration")
+        slot = by_it.setdefault(int(it), {}) if isinstance(it, int) else {}
+        if kind == "campaign.start":
+            facts["isolation"] = str(body.get("isolation") or "")
+            spec = _dict(body, "spec")
+            facts["spec_name"] = str(spec.get("name") or "")
+            facts["metric"] = str((spec.get("stats") or {}).get("metric") or "total_token_throughput")
+            facts["proposer"] = str(body.get("proposer") or "")
+            env = _dict(body, "environment")
+            facts["environment"] = {k: str(v) for k, v in env.items() if v is not None}
+        elif kind == "baseline.result":
+            facts["engine_args"] = dict(body.get("engine_args") or {})
+            evidence = _dict(body, "evidence")
+            if evidence.get("attention_backend"):
+                facts.setdefault("environment", {})["attention_backend"] = str(evidence["attention_backend"])
+            metric = facts.get("metric", "total_token_throughput")
+            facts["baseline"] = tuple(sorted((
+                (str(r.get("cell")), float(r[_headline_metric(str(r.get("cell")), metric)]))
+                for r in body.get("cells") or [] if isinstance(r, dict)
+                and _float(r.get(_headline_metric(str(r.get("cell")), metric))) is not None),
+                key=lambda row: _cell_key(row[0])))
+        elif kind == "iteration.hypothesis":
+            slot.update(hypothesis=str(body.get("hypothesis") or ""), source=str(body.get("source") or ""))
+        elif kind == "iteration.patch":
+            slot["diff"] = str(body.get("diff") or "")
+        elif kind == "iteration.parity":
+            slot["parity"], slot["divergences"] = _parity_line(body)  # the last A/B's parity (confirm after screen)
+        elif kind == "iteration.result":
+            if not isinstance(body.get("accepted"), bool) or not isinstance(body.get("parity_ok"), bool):
+                malformed += 1
+                continue
+            metric = facts.get("metric", "total_token_throughput")
+            screen = _dict(body, "screen")
+            overall = (Ratio(float(body["speedup"]), float(body["ci_low"]), float(body["ci_high"]))
+                       if all(_float(body.get(k)) is not None for k in ("speedup", "ci_low", "ci_high")) else None)
+            slot.update(
+                accepted=body["accepted"], parity_ok=body["parity_ok"], outcome=str(body.get("outcome") or ""),
+                reason=str(body.get("reason") or ""), commit=body.get("commit"), overall=overall,
+                screen=Ratio.of({"ratio": screen.get("speedup"), "low": screen.get("ci_low"),
+                                 "high": screen.get("ci_high")}),
+                cells=_cells(body.get("cells"), body.get("incumbent_rows"), body.get("cells_rows"), metric),
+                result=True)
+        elif kind == "campaign.end":
+            verdict = _dict(body, "verdict")
+            facts["verdict_status"] = str(verdict.get("status") or "")
+            facts["verdict_text"] = str(verdict.get("text") or "")
+            facts["stop_reason"] = str(body.get("stop_reason") or "")
+            facts["wall_seconds"] = _float((body.get("spent") or {}).get("wall_seconds"))
+            final = _dict(body, "final")
+            if final:
+                facts["final"] = Ratio.of(final.get("overall"))
+                facts["final_cells"] = _cells(final.get("cells"), metric=facts.get("metric", ""))
+                facts["final_parity_ok"] = final.get("parity_ok") if isinstance(final.get("parity_ok"), bool) else None
+    iterations = tuple(
+        IterationFacts(iteration=i, accepted=s["accepted"], parity_ok=s["parity_ok"], outcome=s["outcome"],
+                       reason=s["reason"], hypothesis=s.get("hypothesis", ""), source=s.get("source", ""),
+                       diff=s.get("diff", ""), overall=s["overall"], screen=s["screen"], cells=s["cells"],
+                       parity=s.get("parity", ""), divergences=s.get("divergences", ()), commit=s["commit"])
+        for i, s in sorted(by_it.items()) if s.get("result"))
+    return CampaignFacts(
+        campaign=str(records[0].get("campaign")) if records else "?",
+        records=len(records),
+        iterations=iterations,
+        decisions=tuple((rule, verdict, n) for (rule, verdict), n in decisions.most_common()),
+        kinds=tuple(Counter(str(r.get("kind")) for r in records).most_common()),
+        policy_hashes=tuple(sorted({str(r["policy_sha256"]) for r in records if r.get("policy_sha256")})),
+        malformed=malformed,
+        **facts,
+    )
