@@ -6,8 +6,9 @@
 #                       dockerd started and the offline sandbox image built (about 3 more minutes once);
 #                       where Docker cannot run, bubblewrap is installed instead (the `auto` backend's
 #                       fallback) and the reason is printed
-#   ./setup.sh test     also what the test suite needs: the SmolLM2 + llama.cpp demo server (about 8
-#                       minutes the first time, seconds afterwards: every step is cached)
+#   ./setup.sh test     also what the test suite needs: the SmolLM2 + llama.cpp demo server, the mlflow
+#                       extra and headless Chromium (about 10 minutes the first time, seconds afterwards:
+#                       every step is cached)
 set -euo pipefail
 cd "$(dirname "$0")"
 mode="${1:-}"
@@ -49,5 +50,11 @@ setup_sandbox() {
 [[ -f "$stamp" ]] || setup_venv
 setup_sandbox
 if [[ "$mode" == "test" ]]; then
+  # the MLflow export's tests use a real store and a real tracking server; the report's, a real browser
+  "$venv/bin/python" -c "import mlflow" 2>/dev/null || "$venv/bin/pip" install -q -e '.[mlflow]'
+  if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+  fi
   bash scripts/setup-llm-demo.sh >/dev/null
 fi

@@ -13,7 +13,7 @@ __all__ = ["main"]
 
 # Order is the order shown in --help.
 _COMMAND_MODULES = ("run", "kernel", "resume", "replay", "measure", "parity", "profile", "compare", "policy", "audit",
-                    "sandbox", "bundle")
+                    "export", "sandbox", "bundle")
 
 
 def build_parser() -> argparse.ArgumentParser:
