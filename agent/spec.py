@@ -64,11 +64,22 @@ class SearchConfig(BaseModel):
 
 
 class LLMSettings(BaseModel):
-    """Where the `llm` proposer's OpenAI-compatible endpoint is; see agent/proposers/README.md."""
+    """Where the `llm` proposer's OpenAI-compatible endpoint is; see agent/proposers/README.md. Every other key is
+    one of `LLMConfig`'s (agent/proposers/llm_config.py), checked when the spec loads like every other section
+    (a misspelt key would otherwise surface only once `--proposer llm` runs)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     base_url: str | None = None
     model: str | None = None
+
+    @model_validator(mode="after")
+    def _known_to_the_proposer(self) -> LLMSettings:
+        from agent.proposers.llm_config import LLMConfig
+
+        settings = self.model_dump(exclude_none=True)
+        # `model` may come from --llm-model at run time: a stand-in lets the rest be checked now
+        LLMConfig.model_validate({"model": "-", **settings})
+        return self
 
 
 class ProposerConfig(BaseModel):

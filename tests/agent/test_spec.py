@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,19 @@ def test_server_engine_args_are_checked_when_the_spec_loads(tmp_path: Path) -> N
                                                      "server: {model: m, engine_args: {port: 1}}"))
     with pytest.raises(SpecError, match="fixed by the harness"):
         load_spec(tmp_path / "s.yaml")
+
+
+@pytest.mark.parametrize(("llm", "message"), [
+    ("{max_turn: 3}", "proposer.llm.max_turn: unknown key"),
+    ("{temperature: 5}", "proposer.llm.temperature: Input should be less than or equal to 2"),
+    ("{tool_choice: always}", "proposer.llm.tool_choice"),
+])
+def test_llm_settings_are_checked_when_the_spec_loads(tmp_path: Path, llm: str, message: str) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL + f"proposer: {{kind: llm, llm: {llm}}}\n")
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_spec(tmp_path / "s.yaml")
+
+
+def test_llm_settings_may_leave_the_model_to_the_command_line(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL + "proposer: {kind: llm, llm: {max_turns: 3, base_url: http://127.0.0.1:9/v1}}\n")
+    assert load_spec(tmp_path / "s.yaml").proposer.llm.model is None
