@@ -9,10 +9,16 @@ to the audit log before it runs; it never touches the workspace, the harness or 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-__all__ = ["Proposal", "GiveUp", "HistoryEntry", "CampaignState", "Tools", "Proposer", "Outcome"]
+__all__ = ["Proposal", "GiveUp", "HistoryEntry", "CampaignState", "Tools", "Proposer", "Outcome", "cell_lines",
+           "MAX_HISTORY_DETAIL", "MAX_HISTORY_PATCH"]
+
+# What a history entry keeps (the prompt shows less; these bound memory and the log-rebuilt history alike).
+MAX_HISTORY_DETAIL = 16_000
+MAX_HISTORY_PATCH = 8_000
 
 Outcome = Literal["accepted", "rejected", "parity-broken", "denied", "invalid", "failed", "quarantined",
                   "tampered", "pending"]   # pending: proposed in the current round, not judged yet (never recorded)
@@ -40,8 +46,26 @@ class HistoryEntry:
     outcome: Outcome
     speedup: str | None = None             # "1.08x [1.03, 1.12]" when measured
     predicted_speedup: float | None = None
-    detail: str = ""                       # gate reason, parity diagnosis, error
+    detail: str = ""                       # gate reason, parity diagnosis, error (a crash: the server log's tail)
     source: str = ""                       # Proposal.source, so stateless proposers know what was tried
+    patch: str = ""                        # what was tried, as proposed (bounded: MAX_HISTORY_PATCH)
+    cells: tuple[str, ...] = ()            # per-cell result of its deciding A/B, "in512/out32 1.041x [0.97, 1.11]"
+
+
+def cell_lines(result: Mapping[str, Any]) -> tuple[str, ...]:
+    """Per-cell headline results of an iteration.result payload: the deciding A/B's, else the screen's."""
+    cells = result.get("cells")
+    if isinstance(cells, Mapping) and cells:
+        out = []
+        for label, per in cells.items():
+            h = per.get("headline") if isinstance(per, Mapping) else None
+            if isinstance(h, Mapping) and all(isinstance(h.get(k), int | float) for k in ("ratio", "low", "high")):
+                out.append(f"{label} {h['ratio']:.3f}x [{h['low']:.3f}, {h['high']:.3f}]")
+        return tuple(out)
+    screen = result.get("screen")
+    if isinstance(screen, Mapping) and isinstance(screen.get("cells"), Mapping):
+        return tuple(f"{label} {text}" for label, text in screen["cells"].items())
+    return ()
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.base import HistoryEntry
+from agent.base import MAX_HISTORY_DETAIL, MAX_HISTORY_PATCH, HistoryEntry, cell_lines
 from agent.errors import CampaignError
 from audit.reader import payload_of, read_records
 
@@ -52,6 +52,7 @@ def read_journal(directory: Path) -> Journal:
                       base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]),
                       measurement_sha256=p.get("measurement_sha256"))
     hypotheses: dict[int, dict[str, Any]] = {}
+    patches: dict[int, str] = {}
     for record in records:
         kind, it = record.get("kind"), record.get("iteration")
         if kind in ("checkpoint", "log.open", "recovery"):
@@ -66,13 +67,17 @@ def read_journal(directory: Path) -> Journal:
         elif kind == "iteration.hypothesis" and isinstance(it, int):
             hypotheses[it] = body
             journal.open_iterations.append(it)
+        elif kind == "iteration.patch" and isinstance(it, int):
+            patches[it] = str(body.get("diff", ""))
         elif kind == "iteration.result" and isinstance(it, int):
             hyp = hypotheses.get(it, {})
             journal.history.append(HistoryEntry(
                 iteration=it, hypothesis=str(hyp.get("hypothesis", body.get("hypothesis", ""))),
                 outcome=body["outcome"], speedup=body.get("speedup_text"),
-                predicted_speedup=hyp.get("predicted_speedup"), detail=str(body.get("reason", "")),
-                source=str(hyp.get("source", body.get("source", "")))))
+                predicted_speedup=hyp.get("predicted_speedup"),
+                detail=str(body.get("reason", ""))[:MAX_HISTORY_DETAIL],
+                source=str(hyp.get("source", body.get("source", ""))),
+                patch=patches.get(it, "")[:MAX_HISTORY_PATCH], cells=cell_lines(body)))
             journal.last_iteration = max(journal.last_iteration, it)
             journal.open_iterations = [o for o in journal.open_iterations if o != it]
             if body.get("accepted"):

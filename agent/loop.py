@@ -23,7 +23,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agent.base import CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, Proposer
+from agent.base import (
+    MAX_HISTORY_DETAIL,
+    MAX_HISTORY_PATCH,
+    CampaignState,
+    GiveUp,
+    HistoryEntry,
+    Outcome,
+    Proposal,
+    Proposer,
+    cell_lines,
+)
 from agent.errors import ActionDenied, BudgetExhausted
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
 from agent.gatekeeper import Gatekeeper
@@ -519,7 +529,9 @@ class Campaign:
         entry = HistoryEntry(iteration=i, hypothesis=proposal.hypothesis if proposal else "", outcome=outcome,
                              speedup=payload.get("speedup_text"),
                              predicted_speedup=proposal.predicted_speedup if proposal else None,
-                             detail=reason[:500], source=proposal.source if proposal else "")
+                             detail=reason[:MAX_HISTORY_DETAIL], source=proposal.source if proposal else "",
+                             patch=(proposal.patch if proposal else "")[:MAX_HISTORY_PATCH],
+                             cells=cell_lines(payload))
         self.history.append(entry)
         self.on_event("result", {"entry": entry})
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,

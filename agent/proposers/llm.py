@@ -61,7 +61,7 @@ class LLMProposer:
         box = ToolBox(tools, state, cfg, source=f"llm:{cfg.model}:iteration-{state.iteration}")
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system_prompt(state, max_turns=cfg.max_turns)},
-            {"role": "user", "content": render_state(state)},
+            {"role": "user", "content": render_state(state, failure_chars=cfg.failure_chars)},
         ]
         idle = 0
         for turn in range(1, cfg.max_turns + 1):

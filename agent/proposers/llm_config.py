@@ -62,6 +62,12 @@ class LLMConfig(BaseModel):
         default=True,
         description="Send a seed drawn from the iteration's rng (reproducibility where the server honours it).",
     )
+    failure_chars: int = Field(
+        default=6000,
+        ge=200,
+        description="Characters of the latest failed iteration's text (a crashed server's log tail with its "
+        "Python traceback, a parity diagnosis) shown to the model in full; older failures get 300.",
+    )
     request_timeout_s: float = Field(default=180.0, gt=0, description="Timeout of one HTTP request, in seconds.")
     max_retries: int = Field(
         default=2,

@@ -102,16 +102,45 @@ def render_serving(config: Mapping[str, object]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in sorted(config.items())) or "(empty: engine defaults)"
 
 
-def _history_line(entry: HistoryEntry) -> str:
+_FAILED = ("failed", "parity-broken", "invalid", "denied", "tampered", "quarantined")
+_PATCHES_SHOWN = 3          # the latest entries whose patch is shown (capped at _PATCH_CHARS each)
+_PATCH_CHARS = 2000
+
+
+def _clip(text: str, limit: int) -> str:
+    """Head and tail of a long text: a traceback's cause is at its end."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    return f"{text[:head]}\n[... {len(text) - limit:,} characters cut ...]\n{text[-(limit - head):]}"
+
+
+def _history_entry(entry: HistoryEntry, *, detail_chars: int, show_patch: bool) -> str:
     parts = [f"#{entry.iteration} {entry.outcome}"]
     if entry.speedup:
         parts.append(f"measured {entry.speedup}")
     if entry.predicted_speedup is not None:
         parts.append(f"predicted {entry.predicted_speedup:g}x")
-    line = ", ".join(parts) + f": {entry.hypothesis.strip()[:300]}"
+    lines = [", ".join(parts) + f": {entry.hypothesis.strip()[:300]}"]
     if entry.detail:
-        line += f" [{entry.detail.strip()[:200]}]"
-    return line
+        lines.append(f"  why: {_clip(entry.detail, detail_chars)}")
+    if entry.cells:
+        lines.append("  per cell: " + "; ".join(entry.cells))
+    if show_patch and entry.patch:
+        lines.append("  patch:\n" + _clip(entry.patch, _PATCH_CHARS))
+    return "\n".join(lines)
+
+
+def render_history(history: Sequence[HistoryEntry], *, failure_chars: int = 6000) -> str:
+    """Each entry's outcome, measured speedup, per-cell results and reason; the latest patches; the latest
+    failure's text in full (up to `failure_chars`), so a traceback reaches the model."""
+    latest_failure = max((h.iteration for h in history if h.outcome in _FAILED), default=None)
+    recent = {h.iteration for h in history[-_PATCHES_SHOWN:]}
+    return "\n".join(
+        _history_entry(h, detail_chars=failure_chars if h.iteration == latest_failure else 300,
+                       show_patch=h.iteration in recent)
+        for h in history)
 
 
 def _serving_changes(state: CampaignState) -> str:
@@ -128,10 +157,10 @@ def _serving_changes(state: CampaignState) -> str:
     return "\nchanged from the baseline: " + ("; ".join(changed) if changed else "nothing yet")
 
 
-def render_state(state: CampaignState) -> str:
+def render_state(state: CampaignState, *, failure_chars: int = 6000) -> str:
     history = state.history[-_MAX_HISTORY:]
     older = len(state.history) - len(history)
-    hist = "\n".join(_history_line(h) for h in history) or "(none yet: this is the first proposal)"
+    hist = render_history(history, failure_chars=failure_chars) or "(none yet: this is the first proposal)"
     if older:
         hist = f"({older} older entries omitted)\n" + hist
     profile = state.profile or "(no profile taken; view_profile will say the same)"

@@ -53,3 +53,17 @@ def test_a_folder_without_a_campaign_log_is_refused(tmp_path: Path) -> None:
         w.append("note", payload={})
     with pytest.raises(CampaignError, match="no campaign.start"):
         read_journal(log)
+
+
+def test_a_resumed_history_keeps_each_patch_per_cell_result_and_the_whole_failure(tmp_path: Path) -> None:
+    log, w = _log(tmp_path)
+    traceback = "Traceback (most recent call last):\n" + "  frame\n" * 300 + "RuntimeError: shape mismatch"
+    w.append("iteration.hypothesis", iteration=1, payload={"hypothesis": "fuse", "source": "llm:m"})
+    w.append("iteration.patch", iteration=1, payload={"diff": "diff --git a/x b/x\n+y\n", "base": "b0"})
+    w.append("iteration.result", iteration=1, payload={
+        "outcome": "failed", "accepted": False, "reason": f"server crashed:\n{traceback}",
+        "cells": {"in8/out4": {"headline": {"ratio": 1.04, "low": 0.97, "high": 1.11}}}})
+    w.close()
+    (entry,) = read_journal(log).history
+    assert entry.patch == "diff --git a/x b/x\n+y\n" and entry.cells == ("in8/out4 1.040x [0.970, 1.110]",)
+    assert entry.detail.endswith("RuntimeError: shape mismatch") and len(entry.detail) > 2000

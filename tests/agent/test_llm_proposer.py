@@ -461,3 +461,21 @@ def test_fake_proposer_replays_its_script() -> None:
     assert fake.propose(make_state(iteration=7), tools(), rng=rng) == GiveUp("it 7")
     assert isinstance(fake.propose(make_state(), tools(), rng=rng), GiveUp)
     assert len(fake.seen) == 4
+
+
+def test_the_prompt_shows_the_latest_failure_whole_the_latest_patches_and_per_cell_results() -> None:
+    from agent.base import HistoryEntry
+    from agent.proposers.llm_prompt import render_history
+
+    crash = "Traceback (most recent call last):\n" + "  File x, line 1\n" * 200 + "RuntimeError: CUDA error: bad shape"
+    history = [HistoryEntry(iteration=1, hypothesis="old", outcome="failed", detail="old crash\n" + "z" * 5000),
+               HistoryEntry(iteration=2, hypothesis="knob", outcome="rejected", speedup="0.99x [0.95, 1.03]",
+                            cells=("in8/out4 0.990x [0.950, 1.030]",), patch="--- a/serving.yaml\n+max_num_seqs: 8\n"),
+               HistoryEntry(iteration=3, hypothesis="kernel", outcome="failed", detail=crash, patch="+fused()\n")]
+    text = render_history(history, failure_chars=6000)
+    assert "RuntimeError: CUDA error: bad shape" in text and text.count("  File x, line 1") > 100
+    assert "characters cut" in text.split("#2")[0]  # the older failure is clipped
+    assert "per cell: in8/out4 0.990x [0.950, 1.030]" in text
+    assert "+max_num_seqs: 8" in text and "+fused()" in text
+    tight = render_history(history, failure_chars=500)
+    assert "RuntimeError: CUDA error: bad shape" in tight and len(tight) < len(text)
