@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.base import CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, Proposer
+from agent.base import MAX_HISTORY_DETAIL, CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, Proposer
 from agent.environment import describe_environment
 from agent.errors import ActionDenied, BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
@@ -228,7 +228,7 @@ class KernelCampaign:
         self.writer.append("iteration.result", iteration=i, payload=payload)
         entry = HistoryEntry(iteration=i, hypothesis=payload["hypothesis"], outcome=outcome,
                              speedup=payload.get("speedup_text"), predicted_speedup=payload["predicted_speedup"],
-                             detail=reason[:500], source=payload["source"])
+                             detail=reason[:MAX_HISTORY_DETAIL], source=payload["source"])
         self.history.append(entry)
         self.on_event("result", {"entry": entry})
         return outcome, reason
