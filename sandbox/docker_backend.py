@@ -26,6 +26,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -291,6 +292,9 @@ def _firewall(action: str, bridge: str, tag: str) -> None:
         )
 
 
+_FREEZE_WAITS_S = (0.5, 1.0, 2.0, 4.0)   # between refused freezes (runc's "unable to freeze")
+
+
 @dataclass
 class DockerRunning:
     launch: Launch
@@ -375,10 +379,23 @@ class DockerRunning:
 
     def freeze(self) -> None:
         """The cgroup freezer: every process of the container stops, wherever it forked to. Idempotent:
-        the same build measured twice in a row (ABBA order) freezes the other one twice."""
-        self.container.reload()
-        if self.container.status != "paused":
-            self.container.pause()
+        the same build measured twice in a row (ABBA order) freezes the other one twice.
+
+        runc gives up ("unable to freeze") when a process stays in uninterruptible sleep through its own
+        retries; that happened on a loaded 2-core host in the middle of an A/B and failed a harmless candidate.
+        So a refused freeze is tried again after short waits; one that never takes still fails the measurement
+        (an A/B with the other build running is not one)."""
+        for wait in (*_FREEZE_WAITS_S, None):
+            self.container.reload()
+            if self.container.status == "paused":
+                return
+            try:
+                self.container.pause()
+                return
+            except Exception as error:  # noqa: BLE001 - docker's APIError; anything else is re-raised below
+                if wait is None or "unable to freeze" not in str(error):
+                    raise
+                time.sleep(wait)
 
     def thaw(self) -> None:
         with contextlib.suppress(Exception):   # not paused (or already gone): nothing to thaw

@@ -96,3 +96,50 @@ def test_a_frozen_container_is_paused_and_unpaused(sandbox_image: str, docker_cl
         server.running.thaw()
         container.reload()
         assert container.attrs["State"]["Paused"] is False and _answers(server.base_url)
+
+
+class _Container:
+    """Stands in for docker's Container: pause is refused the way runc refuses it under load, `refusals` times."""
+
+    def __init__(self, refusals: int, message: str = "OCI runtime pause failed: unable to freeze: unknown") -> None:
+        self.status, self.refusals, self.message, self.pauses = "running", refusals, message, 0
+
+    def reload(self) -> None:
+        pass
+
+    def pause(self) -> None:
+        self.pauses += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise RuntimeError(f'500 Server Error: Internal Server Error ("Cannot pause container: {self.message}")')
+        self.status = "paused"
+
+
+def _running(container: _Container) -> Any:
+    from sandbox.docker_backend import DockerRunning
+
+    return DockerRunning(launch=None, container=container, network=None, bridge="", base_url="", image_id="",
+                         limits=None, firewall_tag="")  # type: ignore[arg-type]
+
+
+def test_a_freeze_refused_under_load_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sandbox.docker_backend as docker_backend
+
+    monkeypatch.setattr(docker_backend, "_FREEZE_WAITS_S", (0.0, 0.0, 0.0))
+    container = _Container(refusals=2)
+    _running(container).freeze()
+    assert container.status == "paused" and container.pauses == 3
+
+
+def test_a_freeze_that_never_takes_fails_the_measurement(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sandbox.docker_backend as docker_backend
+
+    monkeypatch.setattr(docker_backend, "_FREEZE_WAITS_S", (0.0, 0.0))
+    container = _Container(refusals=10)
+    with pytest.raises(RuntimeError, match="unable to freeze"):
+        _running(container).freeze()
+    assert container.pauses == 3
+    other = _Container(refusals=1, message="No such container")   # not the freezer's hiccup: no retry
+    with pytest.raises(RuntimeError, match="No such container"):
+        _running(other).freeze()
+    assert other.pauses == 1
