@@ -85,6 +85,8 @@ class CampaignState:
     # The incumbent's engine args as vLLM resolves them (harness.engine_defaults.effective_engine_args):
     # explicit keys and the defaults in force; empty when unknown (then only serving_config is known).
     effective_serving_config: dict[str, object] = field(default_factory=dict)
+    # What a kernel engineer asks first: versions, hardware, attention backend, the model's shapes
+    environment: dict[str, str] = field(default_factory=dict)
 
 
 class Tools(Protocol):

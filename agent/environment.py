@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["describe_environment", "harness_sha256"]
+__all__ = ["describe_environment", "harness_sha256", "proposer_context"]
 
 _ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,3 +74,33 @@ def describe_environment() -> dict[str, object]:
         "harness_sha256": harness_sha256(),
         "ratchet_commit": _ratchet_commit(),
     }
+
+
+_MODEL_KEYS = ("model_type", "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "global_head_dim", "sliding_window", "num_kv_shared_layers",
+               "hidden_size_per_layer_input", "use_double_wide_mlp", "final_logit_softcapping", "vocab_size")
+
+
+def proposer_context(model: Path, engine_args: dict[str, object],
+                     environment: dict[str, object] | None = None) -> dict[str, str]:
+    """The facts a proposer reasons from (no secrets, no paths): versions, hardware, the attention backend
+    asked for, and the served model's shapes from its config.json."""
+    import json
+
+    env = environment if environment is not None else describe_environment()
+    out = {k: str(env[k]) for k in ("vllm", "torch", "transformers", "gpu", "cpu", "cpus", "python")
+           if env.get(k) is not None}
+    out["attention_backend"] = str(engine_args.get("attention_backend") or "vLLM's default for this platform")
+    out["dtype"] = str(engine_args.get("dtype") or "auto")
+    try:
+        config = json.loads((model / "config.json").read_text())
+    except (OSError, ValueError):
+        return out
+    text = config.get("text_config", config) if isinstance(config, dict) else {}
+    for key in _MODEL_KEYS:
+        if isinstance(text, dict) and text.get(key) is not None:
+            out[f"model.{key}"] = str(text[key])
+    types = text.get("layer_types") if isinstance(text, dict) else None
+    if isinstance(types, list) and types:
+        out["model.layer_types"] = f"{types.count('sliding_attention')} sliding, {types.count('full_attention')} full"
+    return out

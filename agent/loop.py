@@ -34,6 +34,7 @@ from agent.base import (
     Proposer,
     cell_lines,
 )
+from agent.environment import proposer_context
 from agent.errors import ActionDenied, BudgetExhausted
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
 from agent.gatekeeper import Gatekeeper
@@ -145,6 +146,7 @@ class Campaign:
     _round_started: float = 0.0
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
     measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
+    context: dict[str, str] = field(default_factory=dict)   # the proposer's environment block (proposer_context)
 
     def resolve_defaults(self) -> None:
         """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
@@ -276,7 +278,13 @@ class Campaign:
                              effective_serving_config=dict(self.effective_serving),
                              budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
                              allowed_paths=("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**",
-                                            "vllm/v1/attention/**", "serving.yaml"))
+                                            "vllm/v1/attention/**", "serving.yaml"),
+                             environment=self._context())
+
+    def _context(self) -> dict[str, str]:
+        if not self.context:   # once per campaign: it reads the model's config and the installed versions
+            self.context = proposer_context(self.spec.server.model, dict(self.spec.server.engine_args))
+        return self.context
 
     def _propose(self, i: int, pending: list[HistoryEntry]) -> Proposal | GiveUp:
         self.on_event("phase", {"phase": "propose"})

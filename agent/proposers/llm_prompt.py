@@ -167,7 +167,11 @@ def render_state(state: CampaignState, *, failure_chars: int = 6000) -> str:
     if len(profile) > _MAX_PROFILE_CHARS:
         profile = profile[:_MAX_PROFILE_CHARS] + "\n[profile truncated; view_profile shows all of it]"
     budget = ", ".join(f"{k}: {_fmt(v)}" for k, v in sorted(state.budget_left.items())) or "(not reported)"
+    environment = "\n".join(f"{k}: {v}" for k, v in state.environment.items()) or "(not reported)"
     return f"""Iteration {state.iteration}; incumbent commit {state.incumbent_ref}.
+
+## Environment (versions, hardware, attention backend, the served model's shapes)
+{environment}
 
 ## Incumbent metrics per cell
 {render_metrics(state.incumbent_metrics, state.baseline_metrics)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -479,3 +480,20 @@ def test_the_prompt_shows_the_latest_failure_whole_the_latest_patches_and_per_ce
     assert "+max_num_seqs: 8" in text and "+fused()" in text
     tight = render_history(history, failure_chars=500)
     assert "RuntimeError: CUDA error: bad shape" in tight and len(tight) < len(text)
+
+
+def test_the_prompt_names_versions_hardware_backend_and_the_models_shapes() -> None:
+    from agent.base import CampaignState
+    from agent.environment import proposer_context
+    from agent.proposers.llm_prompt import render_state
+
+    root = Path(__file__).resolve().parents[2]
+    context = proposer_context(root / "experiments" / "models" / "gemma4-e2b-shaped",
+                               {"dtype": "bfloat16", "attention_backend": "TRITON_ATTN"},
+                               environment={"vllm": "0.26.0", "torch": "2.11.0", "gpu": "NVIDIA H200", "cpus": 16})
+    text = render_state(CampaignState(iteration=1, incumbent_ref="abc", serving_config={}, incumbent_metrics=(),
+                                      baseline_metrics=(), environment=context))
+    for line in ("vllm: 0.26.0", "gpu: NVIDIA H200", "attention_backend: TRITON_ATTN", "dtype: bfloat16",
+                 "model.head_dim: 256", "model.global_head_dim: 512", "model.sliding_window: 512",
+                 "model.layer_types: 8 sliding, 2 full"):
+        assert line in text, line
