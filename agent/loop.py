@@ -49,6 +49,7 @@ from harness.measure import ABResult, Build
 from harness.parity import Generation
 from harness.server import port_is_free, port_is_leased
 from harness.stats import Verdict, decide
+from policies import Policy
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
@@ -277,8 +278,7 @@ class Campaign:
                              baseline_serving_config=dict(self.spec.server.engine_args),
                              effective_serving_config=dict(self.effective_serving),
                              budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
-                             allowed_paths=("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**",
-                                            "vllm/v1/attention/**", "serving.yaml"),
+                             allowed_paths=allowed_write_globs(self.gate.policy),
                              environment=self._context())
 
     def _context(self) -> dict[str, str]:
@@ -544,6 +544,13 @@ class Campaign:
         self.on_event("result", {"entry": entry})
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,
                                 placement=dict(placement or {}))
+
+
+def allowed_write_globs(policy: Policy) -> tuple[str, ...]:
+    """What the loaded policy lets a patch write, for the prompt (the gate still decides every write: a deny
+    rule inside an allowed glob, e.g. startup hooks, wins there)."""
+    return tuple(glob.lstrip("/") for rule in policy.paths if rule.effect == "allow" and "write" in rule.ops
+                 for glob in rule.globs)
 
 
 def _mean_total(runs: list[Any]) -> float | None:

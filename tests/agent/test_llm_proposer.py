@@ -497,3 +497,13 @@ def test_the_prompt_names_versions_hardware_backend_and_the_models_shapes() -> N
                  "model.head_dim: 256", "model.global_head_dim: 512", "model.sliding_window: 512",
                  "model.layer_types: 8 sliding, 2 full"):
         assert line in text, line
+
+
+def test_the_allowed_paths_shown_to_the_model_come_from_the_loaded_policy() -> None:
+    from agent.loop import allowed_write_globs
+    from policies import load_policy
+
+    root = Path(__file__).resolve().parents[2]
+    globs = allowed_write_globs(load_policy(root / "policies" / "default.yaml"))
+    assert globs == ("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**", "vllm/v1/attention/**",
+                     "serving.yaml")
