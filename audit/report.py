@@ -181,7 +181,14 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
         status = "accepted" if it.accepted else "parity failed" if not it.parity_ok else it.outcome or "rejected"
         lines.append(f"| {it.iteration} | {status} | {it.overall or '–'} | {_md(it.parity)} | {_md(it.reason)} |")
     for it in facts.iterations:
-        lines += ["", f"### Iteration {it.iteration}", "", f"Hypothesis: {_md(it.hypothesis) or '–'}", ""]
+        lines += ["", f"### Iteration {it.iteration}", "", f"Hypothesis: {_md(it.hypothesis) or '–'}", "",
+                  f"Parity: {_md(it.parity) or '–'}", ""]
+        if it.divergences:
+            lines += ["| diverged at | position | reference → candidate token | reference margin (nats) | note |",
+                      "|---|---:|---|---:|---|",
+                      *(f"| {_md(d.where)} | {d.position} | {d.reference_token} → {d.candidate_token} | "
+                        f"{'–' if d.reference_margin is None else f'{d.reference_margin:.2f}'} | {_md(d.excused)} |"
+                        for d in it.divergences[:10]), ""]
         if it.cells:
             lines += _md_cells(it.cells)
         if it.diff:   # a fence longer than any backtick run in the diff, so the diff cannot close it

@@ -127,3 +127,27 @@ def test_candidate_text_cannot_inject_markup(tmp_path: Path) -> None:
     before, fenced = summary.split("````diff\n")
     code, after = fenced.split("\n````\n")
     assert "<script" in code and "<script" not in (before + after).lower()
+
+
+def test_divergences_are_named_with_position_and_margin(tmp_path: Path) -> None:
+    from audit import AuditWriter
+
+    with AuditWriter.open(tmp_path / "log", campaign="c", anchor_dir=tmp_path / "anchors") as writer:
+        writer.append("iteration.parity", iteration=1, payload={
+            "ok": False, "verdicts": [
+                {"prompt_id": "held-007", "match": False, "first_divergence": 12, "reference_token": 40,
+                 "candidate_token": 41, "reference_margin": 9.5},
+                {"prompt_id": "held-008", "match": True}],
+            "workload": {"divergence_count": 1, "divergences": [
+                {"cell": "in512/out32", "repeat": 1, "request": 26, "position": 21, "reference_token": 67,
+                 "candidate_token": 60, "reference_margin": 11.18, "candidate_wrong_only": True}]}})
+        writer.append("iteration.result", iteration=1, payload={"accepted": False, "parity_ok": False,
+                                                                 "outcome": "parity-broken", "reason": "diverged"})
+        writer.checkpoint()
+    html, md = write_report(tmp_path / "log")
+    summary = md.read_text()
+    assert "held prompts 1/2 identical; benchmark requests: 1 diverged" in summary
+    assert "| held-007 | 12 | 40 → 41 | 9.50 |" in summary
+    assert "| in512/out32 repeat 1 request 26 | 21 | 67 → 60 | 11.18 |" in summary
+    page = html.read_text()
+    assert "Divergences (2)" in page and "<td>held-007</td><td class=n>12</td>" in page
