@@ -157,8 +157,14 @@ def _parity_line(body: dict[str, Any]) -> tuple[str, tuple[Divergence, ...]]:
     workload = body.get("workload")
     if isinstance(workload, dict):
         n = workload.get("divergence_count", 0)
-        verdict = f" ({workload['verdict']})" if workload.get("verdict") else ""
-        parts.append(f"benchmark requests: {n} diverged{verdict}")
+        total = f" of {workload['requests']:,}" if isinstance(workload.get("requests"), int) else ""
+        scores = workload.get("scores") if isinstance(workload.get("scores"), dict) else {}
+        judged = (f"; wrong answers: reference {scores.get('reference_wrong')}, candidate "
+                  f"{scores.get('candidate_wrong')} (sign test p = {scores.get('p_value', float('nan')):.3g})"
+                  if scores else "")
+        verdict = workload.get("ok")
+        ok = (", no worse" if verdict is True else ", WORSE" if verdict is False else "") if scores else ""
+        parts.append(f"benchmark requests: {n}{total} diverged{judged}{ok}")
         for d in (workload.get("divergences") or [])[:20]:
             if isinstance(d, dict):
                 divergences.append(Divergence(
