@@ -84,6 +84,7 @@ class CampaignFacts:
     spec_name: str = ""
     proposer: str = ""
     metric: str = "total_token_throughput"
+    accept_lower_bound: float | None = None  # the spec's accept rule, drawn on the final comparison's plot
     environment: dict[str, str] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
     baseline: tuple[tuple[str, float], ...] = ()  # (cell, stock's headline tok/s)
@@ -195,7 +196,9 @@ def campaign_facts(directory: Path) -> CampaignFacts:
             facts["isolation"] = str(body.get("isolation") or "")
             spec = _dict(body, "spec")
             facts["spec_name"] = str(spec.get("name") or "")
-            facts["metric"] = str((spec.get("stats") or {}).get("metric") or "total_token_throughput")
+            stats = spec.get("stats") or {}
+            facts["metric"] = str(stats.get("metric") or "total_token_throughput")
+            facts["accept_lower_bound"] = _float(stats.get("accept_lower_bound"))
             facts["proposer"] = str(body.get("proposer") or "")
             env = _dict(body, "environment")
             facts["environment"] = {k: str(v) for k, v in env.items() if v is not None}

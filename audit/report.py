@@ -121,7 +121,7 @@ def _iteration_html(it: IterationFacts) -> str:
     return "".join(parts)
 
 
-def _html(facts: CampaignFacts, result: VerifyResult, accept_lower_bound: float | None) -> str:
+def _html(facts: CampaignFacts, result: VerifyResult) -> str:
     head = headline(facts, result)
     # the verdict in words is the line to read; a log that does not verify is shouted
     box = "".join(f"<p class='{'bad' if i == 3 and not result.ok else ''}'>"
@@ -134,7 +134,7 @@ def _html(facts: CampaignFacts, result: VerifyResult, accept_lower_bound: float 
     if facts.final is not None:
         sections += ["<h2>Final comparison: best vs stock</h2>",
                      forest_plot("Best vs stock per cell (paired speedup and interval)", facts.final_cells, facts.final,
-                                 accept_lower_bound=accept_lower_bound),
+                                 accept_lower_bound=facts.accept_lower_bound),
                      _table(_CELL_HEAD[:3], [r[:3] for r in _cell_rows(facts.final_cells)]
                             + [["overall (geo-mean)", f"{facts.final.ratio:.3f}×",
                                 f"[{facts.final.low:.3f}, {facts.final.high:.3f}]"]], {1})]
@@ -200,17 +200,6 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
     return "\n".join(lines)
 
 
-def _accept_bound(directory: Path) -> float | None:
-    from audit.reader import payload_of, read_records
-
-    for record in read_records(directory):
-        if record.get("kind") == "campaign.start":
-            spec: Any = payload_of(directory, record).get("spec") or {}
-            bound = (spec.get("stats") or {}).get("accept_lower_bound")
-            return float(bound) if isinstance(bound, int | float) else None
-    return None
-
-
 def write_report(directory: Path, *, out_dir: Path | None = None, verification: VerifyResult | None = None,
                  **verify_args: Any) -> tuple[Path, Path]:
     """Write report.html and summary.md (into `out_dir`, default the log dir); return their paths."""
@@ -219,6 +208,6 @@ def write_report(directory: Path, *, out_dir: Path | None = None, verification: 
     out = out_dir or directory
     out.mkdir(parents=True, exist_ok=True)
     html_path, md_path = out / "report.html", out / "summary.md"
-    html_path.write_text(_html(facts, result, _accept_bound(directory)), encoding="utf-8")
+    html_path.write_text(_html(facts, result), encoding="utf-8")
     md_path.write_text(_markdown(facts, result), encoding="utf-8")
     return html_path, md_path

@@ -155,3 +155,16 @@ def tools() -> dict[str, Callable[..., Any]]:
         "rewrite": rewrite,
         "campaign": write_campaign,
     }
+
+
+RUN1_ARCHIVE = Path(__file__).resolve().parents[2] / "experiments" / "results" / "main-job-run1-log.tgz"
+
+
+def unpack_run1(dest: Path) -> Path:
+    """The log of a real campaign (the README's main job, run 1: iteration 3 accepted, a final comparison)."""
+    import tarfile
+
+    with tarfile.open(RUN1_ARCHIVE) as tar:
+        tar.extractall(dest, filter="data")
+    (log,) = dest.glob("gemma4-tiny-cpu-*")
+    return log

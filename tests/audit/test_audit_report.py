@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +13,12 @@ from rich.console import Console
 
 from audit import show, verify, write_report
 from audit.facts import campaign_facts
-
-ROOT = Path(__file__).resolve().parents[2]
-RUN1 = ROOT / "experiments" / "results" / "main-job-run1-log.tgz"  # a real campaign: accepted iteration 3
+from tests.audit.conftest import unpack_run1
 
 
 @pytest.fixture(scope="module")
 def real_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run1")
-    with tarfile.open(RUN1) as tar:
-        tar.extractall(out, filter="data")
-    (log,) = out.glob("gemma4-tiny-cpu-*")
-    return log
+    return unpack_run1(tmp_path_factory.mktemp("run1"))
 
 
 def test_show_prints_every_record_with_its_decision(campaign: Any) -> None:

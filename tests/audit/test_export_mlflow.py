@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
@@ -17,16 +16,12 @@ import pytest
 from agent.cli import main
 from audit import verify
 from audit.facts import campaign_facts
-
-RUN1 = Path(__file__).resolve().parents[2] / "experiments" / "results" / "main-job-run1-log.tgz"
+from tests.audit.conftest import unpack_run1
 
 
 @pytest.fixture
 def log(tmp_path: Path) -> Path:
-    with tarfile.open(RUN1) as tar:
-        tar.extractall(tmp_path / "logs", filter="data")
-    (found,) = (tmp_path / "logs").glob("gemma4-tiny-cpu-*")
-    return found
+    return unpack_run1(tmp_path / "logs")
 
 
 def _export(log: Path, uri: str, *extra: str) -> int:

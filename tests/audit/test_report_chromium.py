@@ -3,7 +3,6 @@ accepted diff and the isolation are on the page, in that order, and the screensh
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -11,17 +10,13 @@ from PIL import Image, ImageStat
 
 from audit import write_report
 from audit.render import dump_dom, screenshot
-
-RUN1 = Path(__file__).resolve().parents[2] / "experiments" / "results" / "main-job-run1-log.tgz"
+from tests.audit.conftest import unpack_run1
 
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("render")
-    with tarfile.open(RUN1) as tar:
-        tar.extractall(out, filter="data")
-    (log,) = out.glob("gemma4-tiny-cpu-*")
-    html, _ = write_report(log, out_dir=out / "report")
+    html, _ = write_report(unpack_run1(out), out_dir=out / "report")
     return html
 
 
