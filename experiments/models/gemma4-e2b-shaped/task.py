@@ -17,10 +17,12 @@ Positions after the first period(s) are determined exactly, so every held prompt
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # experiments/models: copy_task
+from copy_task import CopyTask  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 E2B_CONFIG = HERE.parent / "gemma4-e2b-dummy" / "config.json"
@@ -59,34 +61,12 @@ def config_dict() -> dict[str, Any]:
     return cfg
 
 
-def make_sequence(mode: str, length: int, gen: torch.Generator) -> list[int]:
-    """One task sequence of ``length`` tokens (header included) in the given mode."""
-    n = length - HEADER
-    idx = torch.arange(n)
-    if mode == "short":
-        first = torch.randint(FIRST_PAYLOAD_ID, VOCAB_SIZE, (SHORT_PERIOD,), generator=gen)
-        payload = first[idx % SHORT_PERIOD]
-    else:
-        even = torch.randint(FIRST_PAYLOAD_ID, SPLIT_ID, (SHORT_PERIOD // 2,), generator=gen)
-        odd = torch.randint(SPLIT_ID, VOCAB_SIZE, (LONG_PERIOD // 2,), generator=gen)
-        half = idx // 2
-        payload = torch.where(idx % 2 == 0, even[half % (SHORT_PERIOD // 2)], odd[half % (LONG_PERIOD // 2)])
-    return [BOS_ID, MODES[mode][0], *payload.tolist()]
-
-
-def determined(mode: str, length: int) -> torch.Tensor:
-    """Mask over a sequence's indices: True where the token is a copy (determined by earlier ones)."""
-    i = torch.arange(length) - HEADER
-    if mode == "short":
-        return i >= SHORT_PERIOD
-    return ((i % 2 == 0) & (i >= SHORT_PERIOD)) | ((i % 2 == 1) & (i >= LONG_PERIOD))
-
-
-def make_batch(batch: int, length: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Even rows <short>, odd rows <mixed>, plus the mask of determined (copy) targets."""
-    modes = ["short" if i % 2 == 0 else "mixed" for i in range(batch)]
-    rows = [make_sequence(m, length, gen) for m in modes]
-    return torch.tensor(rows), torch.stack([determined(m, length) for m in modes])
+# The task's one implementation (shared with the other parity checkpoint), sized by this checkpoint's constants.
+TASK = CopyTask(vocab_size=VOCAB_SIZE, first_payload_id=FIRST_PAYLOAD_ID, split_id=SPLIT_ID, short_period=SHORT_PERIOD,
+                long_period=LONG_PERIOD, bos_id=BOS_ID, short_id=SHORT_ID, mixed_id=MIXED_ID, header=HEADER)
+make_sequence = TASK.make_sequence
+determined = TASK.determined
+make_batch = TASK.make_batch
 
 
 def write_static_files(out: Path) -> None:
