@@ -213,12 +213,13 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None,
                reference: list[Generation] | None = None, stop_on_parity_failure: bool = False,
                ports: dict[str, int] | None = None, b_first: bool = False,
-               measurement: MeasurementDigest | None = None) -> ABResult:
+               measurement: MeasurementDigest | None = None, cells: list[Cell] | None = None) -> ABResult:
     """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
     given (the campaign's baseline), else against A generated now. `b_first`: the interleaving starts
     with B (a confirmation's own order). The measurement path must be `measurement` (the campaign's, or
-    one taken when this comparison starts) before the first server starts and after the last run."""
-    cells = bench.cells()
+    one taken when this comparison starts) before the first server starts and after the last run. `cells`:
+    a subset of the grid (a trial's), default all of it."""
+    cells = cells or bench.cells()
     roots = measurement_roots()
     if measurement is not None:   # the campaign's digest: nothing may have changed since it began
         check_unchanged(measurement, roots, when="before this comparison started (since the campaign began)")

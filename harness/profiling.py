@@ -4,7 +4,9 @@ The server is started with `--profiler-config` (torch profiler, traces to a dire
 the harness calls /start_profile and /stop_profile around a pristine benchmark run, copies the traces out
 (Running.collect: regular files only, size-capped), then reads the Chrome traces
 and ranks ops (CPU) and kernels (GPU) by *self* time — what the agent and a reviewer need to pick a
-target. "prefill" = a run of (input_len, output 1); "decode" = a run of (16-token prompts, output_len).
+target. Both phases run at the grid's own shapes, with the grid's prompts and concurrency: "prefill" = a run
+of (input_len, output 1), "end-to-end" = a run of the cell itself (input_len, output_len), prefill and decode
+together as the benchmark sees them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import httpx
 
 from harness.bench import BenchJob, run_jobs
 from harness.config import BenchmarkConfig, Cell, ServerConfig
-from harness.datasets import MIN_INPUT_LEN
 from harness.errors import HarnessError
 from harness.server import serve
 from sandbox.base import Backend
@@ -45,7 +46,7 @@ class OpTime:
 
 @dataclass(frozen=True)
 class Profile:
-    phase: str            # "prefill" | "decode"
+    phase: str            # "prefill" | "end-to-end"
     cell: Cell
     ops: tuple[OpTime, ...]
     trace_files: tuple[str, ...]
@@ -98,11 +99,11 @@ def profile_cell(backend: Backend, *, tree: Path, engine_args: dict[str, object]
     inner = f"/tmp/ratchet-traces-{secrets.token_hex(4)}"
     profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": inner,
                            "torch_profiler_with_stack": False, "torch_profiler_use_gzip": True})
-    small = bench.model_copy(update={"num_prompts": min(bench.num_prompts, 8), "num_warmups": 1})
+    # the grid's prompts and concurrency; a prefill run sends num_prompts, not the grid's multiple of it (the
+    # profiler's overhead would make that run minutes long for no better ranking)
+    small = bench.model_copy(update={"num_warmups": 1, "prefill_prompts_factor": 1})
     phases = (("prefill", Cell(input_len=cell.input_len, output_len=1)),
-              # short prompts, so decode dominates; as short as the spec's dataset allows
-              ("decode", Cell(input_len=MIN_INPUT_LEN if bench.dataset == "copy-task" else 16,
-                              output_len=max(cell.output_len, 16))))
+              ("end-to-end", Cell(input_len=cell.input_len, output_len=cell.output_len)))
     profiles = []
     with serve(backend, tree=tree, config=server, engine_args=engine_args, log_path=work_dir / "server.log",
                cache_dir=cache_dir, extra_argv=("--profiler-config", profiler)) as srv:

@@ -29,7 +29,7 @@ from harness.engine_args import check_env, engine_argv
 from harness.errors import PortInUse, ServerCrashed, ServerNotReady, WrongTreeLoaded
 from sandbox.base import Backend, Launch, Limits, Mount, Running
 
-__all__ = ["Server", "serve", "free_port", "port_is_free", "log_tail", "tree_digest"]
+__all__ = ["Server", "serve", "free_port", "port_is_free", "log_tail", "failure_excerpt", "tree_digest"]
 
 EVIDENCE_TAG = "RATCHET_EVIDENCE "
 _ENTRY = f"""
@@ -78,7 +78,7 @@ class Server:
         if not self.running.alive():
             raise ServerCrashed(
                 f"server exited with code {self.running.exit_code()} mid-run; "
-                f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
+                f"from {self.log_path}:\n{failure_excerpt(self.log_path)}"
             )
 
 
@@ -144,6 +144,28 @@ def log_tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text[-lines:])
 
 
+# What a crashed server's log says, for whoever has to fix the patch: vLLM's engine core prints the root
+# cause's traceback first, then the API process prints its own ("Engine core initialization failed"), so the
+# excerpt runs from the first traceback to the end; over `max_chars` it keeps the head and the tail.
+FAILURE_EXCERPT_CHARS = 8_000
+
+
+def failure_excerpt(path: Path, max_chars: int = FAILURE_EXCERPT_CHARS) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    start = text.find("Traceback (most recent call last)")
+    if start < 0:
+        return log_tail(path)
+    start = text.rfind("\n", 0, start) + 1    # the whole line, with its process prefix
+    excerpt = text[start:].rstrip()
+    if len(excerpt) <= max_chars:
+        return excerpt
+    head, tail = excerpt[: max_chars // 2], excerpt[-(max_chars // 2):]
+    return f"{head}\n[... {len(excerpt) - len(head) - len(tail)} characters cut ...]\n{tail}"
+
+
 def tree_digest(tree: Path, package: str = "vllm") -> str:
     """Hash of the Gemma 4 model file as the host sees it (the server reports its own view)."""
     path = tree / package / "model_executor" / "models" / "gemma4.py"
@@ -179,7 +201,7 @@ def _wait_healthy(running: Running, log_path: Path, timeout_s: float) -> float:
             if not running.alive():
                 raise ServerCrashed(
                     f"server exited with code {running.exit_code()} during start-up; "
-                    f"last lines of {log_path}:\n{log_tail(log_path)}"
+                    f"from {log_path}:\n{failure_excerpt(log_path)}"
                 )
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(f"{running.base_url}/health").status_code == 200:

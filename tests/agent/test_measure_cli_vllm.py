@@ -84,13 +84,16 @@ def test_a_bad_spec_exits_2_with_the_field_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
-def test_profile_ranks_ops_by_self_time_for_prefill_and_decode(random_model: Path, tmp_path: Path) -> None:
+def test_profile_ranks_ops_by_self_time_for_prefill_and_end_to_end_at_the_cells_shape(
+        random_model: Path, tmp_path: Path) -> None:
     spec = write_spec(tmp_path, model=random_model, workspace=tmp_path / "ws",
                       prompts=write_prompts(tmp_path / "p.jsonl"), extra=UNISOLATED)
     proc = ratchet("profile", str(spec), "--cell", "64/8", "--out", str(tmp_path / "prof.json"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     phases = {p["phase"]: p for p in json.loads((tmp_path / "prof.json").read_text())}
-    assert set(phases) == {"prefill", "decode"}
+    assert set(phases) == {"prefill", "end-to-end"}
+    assert str(phases["prefill"]["cell"]) == "input_len=64 output_len=1"
+    assert str(phases["end-to-end"]["cell"]) == "input_len=64 output_len=8"    # the grid's shape itself
     for prof in phases.values():
         assert prof["ops"] and prof["ops"][0]["self_ms"] > 0
         assert sum(op["share"] for op in prof["ops"]) <= 1.0 + 1e-9
