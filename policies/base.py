@@ -52,7 +52,7 @@ class StaticWorkspace:
 class Ledger:
     """What was spent so far and how to look at the workspace.
 
-    `spent` maps a budget resource (llm_tokens, llm_usd, wall_seconds, gpu_minutes) to the amount
+    `spent` maps a budget resource (llm_tokens, llm_usd, wall_seconds, gpu_minutes, trials) to the amount
     already used; `gpus_in_use` counts devices held now. `workspace` is None when no root is given
     (then no symlink check happens; the CLI always passes one when --root is set).
     """

@@ -32,7 +32,7 @@ __all__ = [
 
 RuleId = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")]
 Effect = Literal["allow", "deny", "ask"]
-Resource = Literal["llm_tokens", "llm_usd", "wall_seconds", "gpu_minutes"]
+Resource = Literal["llm_tokens", "llm_usd", "wall_seconds", "gpu_minutes", "trials"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
