@@ -18,15 +18,15 @@ from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
 from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
+from agent.incumbent_profile import profile_incumbent
 from agent.journal import read_journal
-from agent.loop import Campaign, Event, gate_server
+from agent.loop import Campaign, Event
+from agent.server_gate import gate_server
 from agent.spec import CampaignSpec, SpecError
 from audit import AuditWriter, write_report
-from harness.errors import HarnessError
 from harness.integrity import digest_roots, measurement_roots
 from harness.measure import ABResult, Build, ab_compare, measure_grid
 from harness.parity import load_prompts, load_reference, save_reference
-from harness.profiling import profile_cell, render_profiles
 from harness.stats import check_repeats
 from policies import load_policy
 from sandbox.base import Backend
@@ -97,7 +97,8 @@ def new_campaign_id(name: str) -> str:
 
 def _limits(spec: CampaignSpec) -> dict[str, float]:
     b = spec.budget
-    limits = {"llm_tokens": b.llm_tokens, "llm_usd": float(b.llm_usd), "wall_seconds": b.wall_seconds}
+    limits = {"llm_tokens": b.llm_tokens, "llm_usd": float(b.llm_usd), "wall_seconds": b.wall_seconds,
+              "trials": b.trials}
     if b.gpu_minutes > 0:   # 0: GPU time is recorded but not limited
         limits["gpu_minutes"] = b.gpu_minutes
     return limits
@@ -124,27 +125,6 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
         "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model)})
     writer.checkpoint()
     return grid.generations, rows
-
-
-def _profile(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
-             log_dir: Path, on_event: Event) -> str | None:
-    """Where the baseline spends its time (largest cell): the proposer's starting point. Optional."""
-    if not spec.profile_baseline:
-        return None
-    on_event("phase", {"phase": "baseline: profile"})
-    cell = max((c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
-    port = gate_server(gate, spec, ws.serving_config(), 0)
-    try:
-        profiles = profile_cell(backend, tree=ws.root, engine_args=ws.serving_config(),
-                                server=spec.server.model_copy(update={"port": port}), bench=spec.benchmark,
-                                cell=cell, work_dir=log_dir / "runs" / "profile", cache_dir=log_dir / "cache")
-    except HarnessError as exc:   # a missing profile weakens the proposer's view; it does not stop the campaign
-        writer.append("error", iteration=0, payload={"phase": "profile", "type": type(exc).__name__,
-                                                     "message": str(exc)[:2000]})
-        return None
-    text = render_profiles(profiles)
-    writer.append("baseline.profile", iteration=0, payload={"cell": cell.label, "text": text})
-    return text
 
 
 def _sha256(path: Path) -> str:
@@ -233,8 +213,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         try:
             reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                         log_dir=log_dir, on_event=on_event)
-            profile = _profile(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend, log_dir=log_dir,
-                               on_event=on_event)
+            profile = profile_incumbent(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                        log_dir=log_dir, iteration=0, on_event=on_event)
         except BaseException:
             executor.close()
             raise

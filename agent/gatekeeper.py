@@ -83,3 +83,12 @@ class Gatekeeper:
             raise BudgetExhausted(f"{resource}: policy budget exhausted ({decision.reason})")
         if self.left(resource) <= 0:
             raise BudgetExhausted(f"{resource}: campaign budget of {self.limits.get(resource)} exhausted")
+
+    def reserve(self, resource: str, amount: float, *, iteration: int | None) -> None:
+        """Spend before acting, for a resource whose end refuses one tool rather than stopping the campaign
+        (try_patch's trials): beyond the spec's budget or the policy's, ActionDenied and nothing spent."""
+        if self.left(resource) < amount:
+            raise ActionDenied("budget-limit", f"{resource}: the campaign's budget of {self.limits.get(resource):g} "
+                                               "is used up")
+        self.require({"kind": "spend", "resource": resource, "amount": float(amount)}, iteration=iteration)
+        self.spent[resource] = self.spent.get(resource, 0.0) + float(amount)

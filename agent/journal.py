@@ -83,7 +83,7 @@ def read_journal(directory: Path) -> Journal:
             if body.get("accepted"):
                 journal.incumbent_ref = str(body["commit"])
                 journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))
-        elif kind == "baseline.profile":
+        elif kind in ("baseline.profile", "incumbent.profile"):   # the latest is the incumbent's
             journal.profile = str(body.get("text", "")) or None
         elif kind == "campaign.end":
             journal.ended = True

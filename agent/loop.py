@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,47 +38,28 @@ from agent.environment import proposer_context
 from agent.errors import ActionDenied, BudgetExhausted
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
 from agent.gatekeeper import Gatekeeper
+from agent.incumbent_profile import profile_incumbent
+from agent.server_gate import gate_server
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
+from agent.trial import IterationTrials, Trials
 from audit import AuditError, AuditWriter
-from harness.engine_args import engine_argv, spec_owned_changes
+from harness.engine_args import spec_owned_changes
 from harness.engine_defaults import effective_engine_args
 from harness.errors import HarnessError, MeasurementTampered, PortInUse
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build
 from harness.parity import Generation
-from harness.server import port_is_free, port_is_leased
+from harness.server import FAILURE_EXCERPT_CHARS
 from harness.stats import Verdict, decide
 from policies import Policy
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["Campaign", "Confirmation", "IterationOutcome", "gate_server", "pick_port", "SERVER_PORTS"]
+__all__ = ["Campaign", "Confirmation", "IterationOutcome"]
 
 Event = Callable[[str, dict[str, Any]], None]
-# The ports the default policy lets servers listen on; each start takes a free one.
-SERVER_PORTS = tuple(range(8000, 8016))
-
-
-def pick_port(exclude: Iterable[int] = ()) -> int:
-    """A free port from SERVER_PORTS, not leased by another ratchet server on this host; when none is, the
-    first (serve() then names the culprit)."""
-    taken = set(exclude)
-    return next((p for p in SERVER_PORTS if p not in taken and port_is_free(p) and not port_is_leased(p)),
-                SERVER_PORTS[0])
-
-
-def gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], iteration: int,
-                *, exclude: tuple[int, ...] = ()) -> int:
-    """Each server start is an action: pick a free port, let the policy see the command line a user would
-    type, and return the port."""
-    port = pick_port(exclude)
-    argv = ["vllm", "serve", str(spec.server.model), "--host", "127.0.0.1", "--port", str(port),
-            *engine_argv(engine_args)]
-    gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
-                  "port": port}, iteration=iteration)
-    return port
 
 
 @dataclass(frozen=True)
@@ -99,6 +80,8 @@ class Confirmation:
     reason: str
 
 
+# The budgets a proposer is shown (and plans with).
+_SHOWN_BUDGETS = ("llm_tokens", "llm_usd", "wall_seconds", "trials")
 # Added to the benchmark seed for a confirmation: its random prompts are not the screen's.
 CONFIRM_SEED_OFFSET = 1_000_003
 CONFIRM_PORT_ATTEMPTS = 3
@@ -137,7 +120,7 @@ class Campaign:
     incumbent_ref: str
     incumbent_rows: list[dict[str, Any]]
     history: list[HistoryEntry] = field(default_factory=list)
-    profile: str | None = None             # the baseline's top ops, rendered for the proposer
+    profile: str | None = None             # the incumbent's top ops (baseline's, then each accept's), rendered
     next_iteration: int = 1
     started: float = field(default_factory=time.monotonic)
     on_event: Event = lambda kind, data: None
@@ -148,6 +131,7 @@ class Campaign:
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
     measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
     context: dict[str, str] = field(default_factory=dict)   # the proposer's environment block (proposer_context)
+    trials: Trials | None = None                            # try_patch's runner, made on first use
 
     def resolve_defaults(self) -> None:
         """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
@@ -277,7 +261,7 @@ class Campaign:
                              history=tuple(self.history) + tuple(pending or ()), profile=self.profile,
                              baseline_serving_config=dict(self.spec.server.engine_args),
                              effective_serving_config=dict(self.effective_serving),
-                             budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds")},
+                             budget_left={r: self.gate.left(r) for r in _SHOWN_BUDGETS},
                              allowed_paths=allowed_write_globs(self.gate.policy),
                              environment=self._context())
 
@@ -286,9 +270,17 @@ class Campaign:
             self.context = proposer_context(self.spec.server.model, dict(self.spec.server.engine_args))
         return self.context
 
+    def _trials(self, i: int) -> IterationTrials:
+        if self.trials is None:
+            chars = self.spec.proposer.llm.model_dump().get("try_log_chars", FAILURE_EXCERPT_CHARS)
+            self.trials = Trials(spec=self.spec, workspace=self.workspace, backend=self.backend, gate=self.gate,
+                                 writer=self.writer, log_dir=self.log_dir, measurement=self.measurement,
+                                 log_chars=int(chars))
+        return self.trials.for_iteration(i, self.incumbent_ref)
+
     def _propose(self, i: int, pending: list[HistoryEntry]) -> Proposal | GiveUp:
         self.on_event("phase", {"phase": "propose"})
-        tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i)
+        tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i, trial=self._trials(i))
         result = self.proposer.propose(self._state(i, pending), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
         if isinstance(result, Proposal):
             self.writer.append("iteration.hypothesis", iteration=i, payload={
@@ -398,6 +390,11 @@ class Campaign:
                 assert proposal is not None
                 outcomes.append(self._judge(i, proposal, item.diff, o, verdicts.get(i), best=best,
                                             confirmation=confirmation if i == best else None))
+        accepted_now = [o.iteration for o in outcomes if o.outcome == "accepted"]
+        if accepted_now:   # recorded after its result: the new incumbent's hot spots, for the next proposals
+            self.profile = profile_incumbent(spec=self.spec, writer=self.writer, gate=self.gate, ws=self.workspace,
+                                             backend=self.backend, log_dir=self.log_dir, iteration=accepted_now[0],
+                                             on_event=self.on_event) or self.profile
         return outcomes
 
     @property
@@ -510,7 +507,8 @@ class Campaign:
                 screen_placement: dict[str, Any] | None = None) -> IterationOutcome:
         """Record an iteration's outcome. With a confirmation, `result` is the confirmation (the evidence)
         and `screen` the A/B that selected the candidate (kept beside it, never its evidence)."""
-        payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted", "reason": reason[:4000],
+        payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted",
+                                   "reason": reason[:MAX_HISTORY_DETAIL],
                                    "parity_ok": bool(result and result.parity and result.parity.ok),
                                    "commit": commit, "source": proposal.source if proposal else ""}
         if placement:

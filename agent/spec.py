@@ -98,6 +98,9 @@ class BudgetConfig(BaseModel):
     llm_tokens: int = Field(default=200_000, ge=0)
     llm_usd: float = Field(default=5.0, ge=0)
     gpu_minutes: float = Field(default=0.0, ge=0, description="GPU-minutes of evaluations; 0: not metered")
+    trials: int = Field(default=6, ge=0, description=(
+        "try_patch runs the LLM agent may make over the campaign (each starts an isolated incumbent and "
+        "candidate: visible-prompt parity and a short measurement, a hint, never a verdict); 0: none"))
 
 
 class RayConfig(BaseModel):

@@ -9,13 +9,14 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from agent.errors import ActionDenied
 from agent.gatekeeper import Gatekeeper
 from sandbox.errors import PatchRejected
 from sandbox.patches import check_patch_paths
 
-__all__ = ["GatedTools", "to_unified_diff"]
+__all__ = ["GatedTools", "TrialRunner", "to_unified_diff"]
 
 _MAX_READ_BYTES = 400_000
 _MAX_RESULTS = 200
@@ -32,11 +33,19 @@ def to_unified_diff(root: Path, patch: str, patch_format: str) -> str:
     raise PatchRejected(f"unknown patch format {patch_format!r}; use 'diff' or 'search_replace'")
 
 
+class TrialRunner(Protocol):
+    """What runs a checked patch as a trial (agent/trial.py's IterationTrials)."""
+
+    def check_cells(self, cells: list[str] | None) -> None: ...   # ValueError naming the grid's cells
+    def run(self, diff: str, cells: list[str] | None) -> str: ...  # the text the agent reads
+
+
 @dataclass
 class GatedTools:
     gate: Gatekeeper
     root: Path
     iteration: int
+    trial: TrialRunner | None = None      # None: this campaign offers no trials (kernel campaigns)
 
     def _read_allowed(self, path: str) -> Path:
         self.gate.require({"kind": "read_file", "path": path}, iteration=self.iteration)
@@ -93,6 +102,16 @@ class GatedTools:
         if proc.returncode != 0:
             raise PatchRejected(f"git apply --check failed: {proc.stderr.decode(errors='replace').strip()}")
         return diff
+
+    def try_patch(self, patch: str, patch_format: str = "diff", cells: list[str] | None = None) -> str:
+        """Gate and check the patch, take one of `budget.trials` (refused, not a campaign stop, when none is
+        left), then run it as a trial: a hint for the agent, never a verdict."""
+        if self.trial is None:
+            raise ActionDenied("builtin-trials", "this campaign runs no trials (try_patch is for serving campaigns)")
+        self.trial.check_cells(cells)
+        diff = self.check_patch(patch, patch_format)
+        self.gate.reserve("trials", 1, iteration=self.iteration)
+        return self.trial.run(diff, cells)
 
     def charge(self, resource: str, amount: float) -> None:
         self.gate.spend(resource, amount, iteration=self.iteration)

@@ -282,6 +282,8 @@ class FakeTools:
     calls: list[tuple[str, dict[str, object]]] = field(default_factory=list)
     notes: list[tuple[str, dict[str, object]]] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)  # diffs that passed check_patch
+    # try_patch: each result in turn (str, or a callable of the checked diff); none: no trials here
+    trial_results: list[str | Callable[[str], str]] | None = None
 
     def _deny(self, path: str) -> None:
         for glob, reason in self.deny.items():
@@ -356,6 +358,17 @@ class FakeTools:
                 raise PatchRejected(f"git apply --check failed: {proc.stderr.decode(errors='replace').strip()}")
         self.checked.append(diff)
         return diff
+
+    def try_patch(self, patch: str, patch_format: str = "diff", cells: list[str] | None = None) -> str:
+        self.calls.append(("try_patch", {"patch": patch, "patch_format": patch_format, "cells": cells}))
+        if self.trial_results is None:
+            raise ActionDenied("builtin-trials", "this campaign runs no trials")
+        diff = self.check_patch(patch, patch_format)
+        if self.budget_left("trials") < 1:
+            raise ActionDenied("budget-limit", "trials: the campaign's budget is used up")
+        self.spent["trials"] = self.spent.get("trials", 0.0) + 1
+        result = self.trial_results.pop(0)
+        return result(diff) if callable(result) else result
 
     def charge(self, resource: str, amount: float) -> None:
         self.calls.append(("charge", {"resource": resource, "amount": amount}))

@@ -68,6 +68,12 @@ class LLMConfig(BaseModel):
         description="Characters of the latest failed iteration's text (a crashed server's log tail with its "
         "Python traceback, a parity diagnosis) shown to the model in full; older failures get 300.",
     )
+    try_log_chars: int = Field(
+        default=8000,
+        ge=500,
+        description="Characters of a failed try_patch's server log handed back, from its first traceback "
+        "(head and tail kept when longer).",
+    )
     request_timeout_s: float = Field(default=180.0, gt=0, description="Timeout of one HTTP request, in seconds.")
     max_retries: int = Field(
         default=2,

@@ -23,11 +23,14 @@ _MAX_HISTORY = 30
 
 NUDGE = (
     "Reply with a tool call, not plain text: look around (list_files, read_file, search, view_metrics, "
-    "view_profile), then propose_patch and submit; or call give_up(reason) if you see no worthwhile change."
+    "view_profile), try_patch if unsure, then propose_patch and submit; or call give_up(reason) if you see "
+    "no worthwhile change."
 )
 
 
 def system_prompt(state: CampaignState, *, max_turns: int) -> str:
+    left = state.budget_left.get("trials", 0.0)
+    trials = "no limit" if left == float("inf") else f"{left:.0f}"
     allowed = "\n".join(f"  - {glob}" for glob in state.allowed_paths) or "  - (none listed: ask by proposing)"
     return f"""You are a performance engineer in an automated, audited optimisation campaign.
 
@@ -63,6 +66,10 @@ HOW TO WORK (always answer with a tool call)
        >>>>>>> REPLACE
    The patch is checked at once (policy gate + git apply --check); if it is rejected, fix it and call
    propose_patch again.
+   Before proposing, you may try_patch(patch, format, cells): the patch runs on fresh, isolated servers
+   next to the incumbent; you get parity on prompts you may see, a rough speed ratio on one or two cells
+   ("hint", not a verdict) and, if the server fails, its log with the Python traceback, so you can fix the
+   patch and try again. Trials are few ({trials} left) and cost minutes each: try what you are unsure of.
 4. submit() hands the last patch that passed the check over for verification. One focused change per
    proposal. If you see nothing worth trying, call give_up(reason).
 You have at most {max_turns} replies in this iteration."""

@@ -3,11 +3,14 @@ through the campaign's gated `Tools` and turns every failure into a tool-result 
 
     list_files(directory)                     read_file(path, start_line?, end_line?)
     search(pattern, directory?)               view_metrics()            view_profile()
+    try_patch(patch, format?, cells?)          -> a trial: parity on visible prompts, a speed hint, the traceback
     propose_patch(hypothesis, patch, format?, predicted_speedup?, target_cells?)   -> check_patch
     submit()  -> the last checked Proposal    give_up(reason)  -> GiveUp
 
 Only `BudgetExhausted` leaves `ToolBox.dispatch`; denials, bad arguments, unknown tools and failed
-checks come back as text so the conversation goes on.
+checks come back as text so the conversation goes on. A call identical to an earlier one (same tool,
+same arguments) is answered without running it again: a trial with the earlier trial's result, anything
+else from its third time on with a note to do something else (small models loop on one call).
 """
 
 from __future__ import annotations
@@ -72,6 +75,13 @@ class ProposePatchArgs(_Args):
     target_cells: list[str] = Field(default_factory=list, description="Benchmark cells expected to move.")
 
 
+class TryPatchArgs(_Args):
+    patch: str = Field(min_length=1, description="The change to try: a unified diff or SEARCH/REPLACE blocks.")
+    format: Literal["diff", "search_replace"] = Field(default="diff", description="Patch format.")
+    cells: list[str] = Field(default_factory=list, max_length=2, description=(
+        "One or two benchmark cells to measure, e.g. ['in512/out64'] (default: the grid's first)."))
+
+
 class GiveUpArgs(_Args):
     reason: str = Field(min_length=1, description="Why no worthwhile change can be proposed now.")
 
@@ -91,6 +101,12 @@ _DESCRIPTIONS: dict[str, tuple[str, type[_Args]]] = {
         NoArgs,
     ),
     "view_profile": ("The incumbent's profile (top ops), when one was taken.", NoArgs),
+    "try_patch": (
+        "Try a patch before proposing it: fresh isolated servers of the incumbent and the patched build; "
+        "returns 'parity:' (on prompts you may see), 'hint:' (a rough speed ratio, not a verdict) and, when "
+        "a server fails, 'server log:' with its Python traceback. Costs minutes and one of few trials.",
+        TryPatchArgs,
+    ),
     "propose_patch": (
         "Check a patch (policy gate + git apply --check). On success it becomes the proposal "
         "that submit() hands over; on failure the error says what to fix.",
@@ -143,6 +159,8 @@ class ToolBox:
     source: str = "llm"
     checked: Proposal | None = None  # the last proposal that passed check_patch
     attempts: list[dict[str, object]] = field(default_factory=list)  # every propose_patch and its outcome
+    seen: dict[str, int] = field(default_factory=dict)  # calls so far, by tool name and canonical arguments
+    trial_results: dict[str, str] = field(default_factory=dict)  # try_patch results, by canonical arguments
 
     def dispatch(self, name: str, raw_arguments: str | None) -> ToolOutcome:
         name = (name or "").strip().removeprefix("functions.")
@@ -156,6 +174,15 @@ class ToolBox:
                 f"object matching its schema.",
                 ok=False,
             )
+        key = f"{name} {json.dumps(args.model_dump(), sort_keys=True)}"
+        self.seen[key] = self.seen.get(key, 0) + 1
+        if name == "try_patch" and key in self.trial_results:
+            return ToolOutcome("REPEATED: you tried exactly this patch already (no new trial was run); its result "
+                               f"was:\n{self.trial_results[key]}", ok=False)
+        if self.seen[key] >= 3 and name not in ("submit", "give_up"):
+            return ToolOutcome(f"REPEATED: this is call {self.seen[key]} of {name} with the same arguments; its "
+                               "result has not changed. Do something else: read another part of the code, try or "
+                               "propose a patch, or give_up(reason).", ok=False)
         handler: Callable[[Any], ToolOutcome] = getattr(self, f"_{name}")
         try:
             return handler(args)
@@ -211,6 +238,11 @@ class ToolBox:
 
     def _view_profile(self, args: NoArgs) -> ToolOutcome:
         return ToolOutcome(self._cut(self.state.profile or "No profile was taken for the incumbent.", "sorry"))
+
+    def _try_patch(self, args: TryPatchArgs) -> ToolOutcome:
+        text = self.tools.try_patch(args.patch, args.format, list(args.cells) or None)
+        self.trial_results[f"try_patch {json.dumps(args.model_dump(), sort_keys=True)}"] = text
+        return ToolOutcome(self._cut(text, "the log's head and tail are kept"), ok="server log:" not in text)
 
     def _propose_patch(self, args: ProposePatchArgs) -> ToolOutcome:
         record: dict[str, object] = {

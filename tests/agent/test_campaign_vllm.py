@@ -16,7 +16,7 @@ import pytest
 
 from audit.reader import payload_of, read_records
 from tests.conftest import ROOT, TINY_MODEL
-from tests.fakes import ScriptedOpenAIServer, call, reply, say
+from tests.fakes import Reply, ScriptedOpenAIServer, call, reply, say
 
 PLANTED = TINY_MODEL / "planted"
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -34,6 +34,13 @@ def _held_subset(tmp_path: Path, n: int = 12) -> Path:
 UNISOLATED = "sandbox: {backend: unisolated}"
 
 
+def _visible_subset(tmp_path: Path, n: int = 4) -> Path:
+    path = tmp_path / "visible.jsonl"
+    lines = (ROOT / "experiments" / "prompts" / "gemma4-tiny-visible.jsonl").read_text().splitlines()
+    path.write_text("\n".join(lines[:n]) + "\n")
+    return path
+
+
 def _spec(tmp_path: Path, proposer: str, budget: str, name: str = "it", sandbox: str = "") -> Path:
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"""
@@ -46,7 +53,7 @@ server:
   startup_timeout_s: 400
 benchmark: {{input_lens: [64], output_lens: [16], prefill: false, num_prompts: 16, max_concurrency: 8,
              num_warmups: 1, repeats: 4}}
-parity: {{prompts: {_held_subset(tmp_path)}, max_tokens: 32}}
+parity: {{prompts: {_held_subset(tmp_path)}, visible_prompts: {_visible_subset(tmp_path)}, max_tokens: 32}}
 {proposer}
 budget: {budget}
 {sandbox}
@@ -70,17 +77,43 @@ def _serving_patch(old: int, new: int) -> str:
             f"-max_num_seqs: {old}\n+max_num_seqs: {new}\n")
 
 
+# A first try that crashes the server at model load (an undefined name in gemma4.py), next to the good change.
+_BROKEN_LINE = "+_DECODE_BATCH = MAX_DECODE_BATCH * 2  # sized with serving.yaml's max_num_seqs\n"
+BROKEN_TRY = (_serving_patch(1, 8) + "diff --git a/vllm/model_executor/models/gemma4.py "
+              "b/vllm/model_executor/models/gemma4.py\n--- a/vllm/model_executor/models/gemma4.py\n"
+              "+++ b/vllm/model_executor/models/gemma4.py\n@@ -1,1 +1,2 @@\n # SPDX-License-Identifier: Apache-2.0\n"
+              + _BROKEN_LINE)
+
+
+def _fix_after_reading_the_traceback(body: dict[str, object]) -> Reply:
+    """The scripted model reacts to the trial it was handed: a traceback naming the undefined name -> it tries
+    the patch without that line; anything else -> it gives up (and the test's outcomes fail)."""
+    last = [m["content"] for m in body["messages"] if m.get("role") == "tool"][-1]   # type: ignore[attr-defined]
+    if "server log:" in last and "NameError: name 'MAX_DECODE_BATCH' is not defined" in last:
+        return reply(call("try_patch", patch=_serving_patch(1, 8), format="diff", cells=["in64/out16"]))
+    return reply(call("give_up", reason=f"the trial showed no traceback: {last[:300]}"))
+
+
+def _propose_when_the_trial_passed(body: dict[str, object]) -> Reply:
+    last = [m["content"] for m in body["messages"] if m.get("role") == "tool"][-1]   # type: ignore[attr-defined]
+    if "parity: parity ok" in last and "hint: candidate vs incumbent" in last:
+        return reply(call("propose_patch", hypothesis="Batch up to 8 sequences instead of 1: decode steps amortise "
+                          "per-step overhead; expect >2x on in64/out16", patch=_serving_patch(1, 8), format="diff",
+                          predicted_speedup=3.0, target_cells=["in64/out16"]))
+    return reply(call("give_up", reason=f"the fixed patch did not pass its trial: {last[:300]}"))
+
+
 @pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
 def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_budget(tmp_path: Path) -> None:
     bench_edit = ("diff --git a/vllm/benchmarks/serve.py b/vllm/benchmarks/serve.py\n--- a/vllm/benchmarks/serve.py\n"
                   "+++ b/vllm/benchmarks/serve.py\n@@ -1,1 +1,2 @@\n # SPDX-License-Identifier: Apache-2.0\n"
                   "+# report twice the throughput\n")
     script = [
-        # iteration 1: a good serving-config patch -> accepted
+        # iteration 1: a trial that crashes the server -> the traceback -> a fixed trial -> proposed -> accepted
         reply(call("view_metrics")),
-        reply(call("propose_patch", hypothesis="Batch up to 8 sequences instead of 1: decode steps amortise "
-                   "per-step overhead; expect >2x on in64/out16", patch=_serving_patch(1, 8), format="diff",
-                   predicted_speedup=3.0, target_cells=["in64/out16"])),
+        reply(call("try_patch", patch=BROKEN_TRY, format="diff", cells=["in64/out16"])),
+        _fix_after_reading_the_traceback,
+        _propose_when_the_trial_passed,
         reply(call("submit")),
         # iteration 2: a parity-breaking patch (PLE scale changed) -> rejected with the divergence diagnosis
         reply(call("propose_patch", hypothesis="Fold the PLE scale into the projection",
@@ -104,8 +137,14 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
     assert proc.returncode == 0, proc.stderr[-4000:]
     (log_dir,) = (tmp_path / "logs").iterdir()
     results = _results(log_dir)
-    assert [results[i]["outcome"] for i in sorted(results)] == ["accepted", "parity-broken", "invalid"]
+    assert [results[i]["outcome"] for i in sorted(results)] == ["accepted", "parity-broken", "invalid"], results
     assert results[1]["speedup"] > 1.5 and results[1]["ci_low"] > 1.02
+    # the two trials: the crash with its traceback, then the fix with parity and a hint; neither is a verdict
+    crash, fixed = [payload_of(log_dir, r) for r in read_records(log_dir) if r["kind"] == "agent.try_patch"]
+    assert crash["failure"].startswith("ServerCrashed") and "Traceback (most recent call last)" in crash["server_log"]
+    assert "NameError: name 'MAX_DECODE_BATCH' is not defined" in crash["server_log"]
+    assert fixed["parity"].startswith("parity ok: 4/4") and fixed["hint"].startswith("candidate vs incumbent")
+    print(f"try_patch wall time: crash {crash['seconds']} s, fixed {fixed['seconds']} s; hint {fixed['hint']}")
     assert "real divergence" in str(results[2]["reason"]) and "reference margin" in str(results[2]["reason"])
     records = read_records(log_dir)
     denied = [r for r in records if r["kind"] == "action" and r.get("rule") == "deny-benchmarks"]
@@ -121,6 +160,10 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
     head = repo.commit(start["branch"])
     assert "Ratchet-Speedup:" in head.message and "Ratchet-Parity:" in head.message
     assert "max_num_seqs: 8" in repo.git.show(f"{head.hexsha}:serving.yaml")
+    assert "MAX_DECODE_BATCH" not in repo.git.show(f"{head.hexsha}:vllm/model_executor/models/gemma4.py")
+    # the accepted incumbent was profiled again for the next proposals, at the grid's shape
+    (profile,) = [payload_of(log_dir, r) for r in records if r["kind"] == "incumbent.profile"]
+    assert profile["incumbent"] == head.hexsha and profile["cell"] == "in64/out16"
     assert head.parents[0].hexsha == start["base_commit"]      # exactly one accepted commit on the branch
 
 

@@ -31,6 +31,7 @@ server: {model: m, engine_args: {max_num_seqs: 1}}
 benchmark: {input_lens: [8], output_lens: [4], prefill: false}
 parity: {prompts: p.jsonl}
 proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8, 16, 32]}}}
+profile_baseline: false
 budget: {max_iterations: 4}
 """
 
@@ -302,3 +303,32 @@ def test_a_confirmation_whose_port_was_taken_by_another_campaign_picks_new_ports
     camp.run()
     assert _results_of(tmp_path / "log")[1]["outcome"] == "accepted"
     assert [j.work_dir.name for j in executor.confirmations] == ["confirm", "confirm2"]
+
+
+def test_an_accepted_patch_has_the_new_incumbent_profiled_and_the_next_proposal_sees_it(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.config import Cell
+    from harness.profiling import OpTime, Profile
+
+    profiled: list[dict[str, object]] = []
+
+    def profile_cell(backend: object, *, tree: Path, engine_args: dict[str, object], cell: Cell,
+                     **kw: object) -> list[Profile]:
+        profiled.append({"serving": dict(engine_args), "cell": cell.label})
+        op = OpTime(name=f"op-at-{engine_args['max_num_seqs']}", category="cpu_op", self_ms=1.0, calls=1, share=1.0)
+        return [Profile(phase="end-to-end", cell=cell, ops=(op,), trace_files=())]
+
+    monkeypatch.setattr("agent.incumbent_profile.profile_cell", profile_cell)
+    camp = campaign(FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 3), 8: SpeedupCI(1.1, 1.05, 1.2, 3),
+                                  16: SpeedupCI(1.0, 0.9, 1.1, 3), 32: SpeedupCI(1.0, 0.9, 1.1, 3)}))
+    camp.spec = camp.spec.model_copy(update={"profile_baseline": True})
+    camp.profile = "baseline ops"
+    camp.run()
+    # one profile, of the round's winner, at the grid's cell; recorded after that iteration's result
+    assert profiled == [{"serving": {"max_num_seqs": 4}, "cell": "in8/out4"}]
+    records = read_records(tmp_path / "log")
+    kinds = [(r["kind"], r.get("iteration")) for r in records]
+    assert kinds.index(("incumbent.profile", 1)) > kinds.index(("iteration.result", 2))
+    body = payload_of(tmp_path / "log", next(r for r in records if r["kind"] == "incumbent.profile"))
+    assert "op-at-4" in str(body["text"]) and body["incumbent"] == camp.incumbent_ref
+    assert camp.profile is not None and "op-at-4" in camp.profile

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from agent.loop import SERVER_PORTS, pick_port
+from agent.server_gate import SERVER_PORTS, pick_port
 from harness.errors import PortInUse
 from harness.server import port_is_leased, port_lease
 

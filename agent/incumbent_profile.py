@@ -1,0 +1,50 @@
+"""Where the incumbent spends its time, for the proposer: taken at baseline and again after each accepted
+patch (an accepted change moves the hot spots), at the grid's own shapes (harness/profiling.py). Optional:
+a failed profile is recorded and leaves the proposer with the previous one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.gatekeeper import Gatekeeper
+from agent.server_gate import gate_server
+from agent.spec import CampaignSpec
+from audit import AuditWriter
+from harness.config import Cell
+from harness.errors import HarnessError
+from harness.profiling import profile_cell, render_profiles
+from sandbox.base import Backend
+from sandbox.workspace import Workspace
+
+__all__ = ["profile_incumbent", "profiled_cell"]
+
+
+def profiled_cell(spec: CampaignSpec) -> Cell:
+    """The grid's largest end-to-end cell (its prefill phase is profiled at the same input length)."""
+    return max((c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
+
+
+def profile_incumbent(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
+                      log_dir: Path, iteration: int, on_event: Callable[[str, dict[str, Any]], None]) -> str | None:
+    """Profile the workspace's head; recorded as `baseline.profile` (iteration 0) or `incumbent.profile`."""
+    if not spec.profile_baseline:
+        return None
+    what = "baseline" if iteration == 0 else "incumbent"
+    on_event("phase", {"phase": f"{what}: profile at the grid's shapes"})
+    cell = profiled_cell(spec)
+    port = gate_server(gate, spec, ws.serving_config(), iteration)
+    work = log_dir / "runs" / ("profile" if iteration == 0 else f"it{iteration:03d}" / Path("profile"))
+    try:
+        profiles = profile_cell(backend, tree=ws.root, engine_args=ws.serving_config(),
+                                server=spec.server.model_copy(update={"port": port}), bench=spec.benchmark,
+                                cell=cell, work_dir=work, cache_dir=log_dir / "cache")
+    except HarnessError as exc:   # a missing profile weakens the proposer's view; it does not stop the campaign
+        writer.append("error", iteration=iteration, payload={"phase": f"{what} profile", "type": type(exc).__name__,
+                                                             "message": str(exc)[:2000]})
+        return None
+    text = render_profiles(profiles)
+    writer.append(f"{what}.profile", iteration=iteration,
+                  payload={"cell": cell.label, "text": text, "incumbent": ws.head()})
+    return text

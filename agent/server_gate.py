@@ -1,0 +1,36 @@
+"""Each server start is an action the policy sees: a free port from the policy's range, and the command line a
+user would type for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from agent.gatekeeper import Gatekeeper
+from agent.spec import CampaignSpec
+from harness.engine_args import engine_argv
+from harness.server import port_is_free, port_is_leased
+
+__all__ = ["gate_server", "pick_port", "SERVER_PORTS"]
+
+# The ports the default policy lets servers listen on; each start takes a free one.
+SERVER_PORTS = tuple(range(8000, 8016))
+
+
+def pick_port(exclude: Iterable[int] = ()) -> int:
+    """A free port from SERVER_PORTS, not leased by another ratchet server on this host; when none is, the
+    first (serve() then names the culprit)."""
+    taken = set(exclude)
+    return next((p for p in SERVER_PORTS if p not in taken and port_is_free(p) and not port_is_leased(p)),
+                SERVER_PORTS[0])
+
+
+def gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, object], iteration: int,
+                *, exclude: tuple[int, ...] = ()) -> int:
+    """Each server start is an action: pick a free port, let the policy see the command line a user would
+    type, and return the port."""
+    port = pick_port(exclude)
+    argv = ["vllm", "serve", str(spec.server.model), "--host", "127.0.0.1", "--port", str(port),
+            *engine_argv(engine_args)]
+    gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
+                  "port": port}, iteration=iteration)
+    return port
