@@ -87,6 +87,8 @@ class CampaignState:
     effective_serving_config: dict[str, object] = field(default_factory=dict)
     # What a kernel engineer asks first: versions, hardware, attention backend, the model's shapes
     environment: dict[str, str] = field(default_factory=dict)
+    # "serving": a vLLM tree and its serving.yaml (trials: try_patch); "kernel": one kernel file (check_kernel)
+    target: Literal["serving", "kernel"] = "serving"
 
 
 class Tools(Protocol):
@@ -99,6 +101,9 @@ class Tools(Protocol):
     # check_patch, one of budget.trials, then a small isolated A/B of the patch: text with parity:, hint:
     # and on failure server log:; a hint for the agent, never a verdict (agent/trial.py)
     def try_patch(self, patch: str, patch_format: str = "diff", cells: list[str] | None = None) -> str: ...
+    # kernel campaigns: check_patch, one of budget.trials, then the kernel harness's checks and a timing of the
+    # patched kernel beside the incumbent on chosen shapes; the load/compile error text when it fails
+    def check_kernel(self, patch: str, patch_format: str = "diff", shapes: list[str] | None = None) -> str: ...
     def charge(self, resource: str, amount: float) -> None: ...   # budget; raises BudgetExhausted
     def budget_left(self, resource: str) -> float: ...
     def note(self, kind: str, payload: dict[str, object]) -> None: ...   # an audited agent event

@@ -30,6 +30,7 @@ from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.errors import HarnessError
 from harness.kernel.compare import KernelAB, compare, failures_of
+from harness.kernel.config import ShapeConfig
 from harness.kernel.evaluate import RESULT, run_evaluation, runner_argv, runner_env
 from harness.kernel.protocol import EvalRequest
 from policies import load_policy
@@ -82,19 +83,22 @@ class KernelCampaign:
     history: list[HistoryEntry] = field(default_factory=list)
     next_iteration: int = 1
     on_event: Event = lambda kind, data: None
+    _checks: int = 0
 
     @property
     def kernel_file(self) -> str:
         return self.spec.target.kernel_file
 
     # -- measuring -------------------------------------------------------------------------------
-    def evaluate(self, builds: dict[str, Path], *, iteration: int, name: str, roofline: bool) -> dict[str, Any]:
-        """Gate and log the runner command, run it, log the result's digest and its per-build checks."""
+    def evaluate(self, builds: dict[str, Path], *, iteration: int, name: str, roofline: bool,
+                 shapes: list[ShapeConfig] | None = None) -> dict[str, Any]:
+        """Gate and log the runner command, run it, log the result's digest and its per-build checks.
+        `shapes`: a subset of the spec's (a check_kernel's), default all of them."""
         work = self.log_dir / "runs" / name
         self.gate.require({"kind": "run_command", "argv": runner_argv(work),
                            "env": runner_env(interpret=self.spec.interpret)}, iteration=iteration)
         s = self.spec
-        request = EvalRequest(builds=builds, module=self.kernel_file, entry=s.target.entry, shapes=s.shapes,
+        request = EvalRequest(builds=builds, module=self.kernel_file, entry=s.target.entry, shapes=shapes or s.shapes,
                               correctness=s.correctness, timing=s.timing, roofline=s.roofline if roofline else None,
                               device=s.device, dtype=s.dtype, seed=secrets.randbits(31))
         self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
@@ -148,14 +152,53 @@ class KernelCampaign:
         return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref, serving_config=dict(incumbent),
                              incumbent_metrics=tuple(self.baseline_rows), baseline_metrics=tuple(self.baseline_rows),
                              history=tuple(self.history), baseline_serving_config=dict(self.baseline_tunables),
-                             budget_left={"wall_seconds": self.gate.left("wall_seconds")},
-                             allowed_paths=(self.kernel_file,))
+                             budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds",
+                                                                         "trials")},
+                             allowed_paths=(self.kernel_file,), target="kernel",
+                             environment={"kernel file": self.kernel_file, "entry": self.spec.target.entry,
+                                          "device": self.spec.device, "dtype": self.spec.dtype,
+                                          "shapes": "; ".join(f"{s.name}: {s.model_dump(exclude_none=True)}"
+                                                              for s in self.spec.shapes)})
+
+    # -- check_kernel: the agent's inner loop ------------------------------------------------------------
+    def shapes_named(self, names: list[str] | None) -> list[ShapeConfig]:
+        by_name = {s.name: s for s in self.spec.shapes}
+        unknown = [n for n in names or () if n not in by_name]
+        if unknown:
+            raise ValueError(f"unknown shape(s) {', '.join(unknown)}; the spec's shapes are {', '.join(by_name)}")
+        return [by_name[n] for n in dict.fromkeys(names or ())] or list(self.spec.shapes)
+
+    def check(self, i: int, diff: str, names: list[str] | None) -> str:
+        """check_kernel: the patched kernel beside the incumbent through the same runner, checks and timing, on
+        the named shapes. A hint for the agent: nothing here is a verdict, and the loop never reads it."""
+        self._checks += 1
+        t0 = time.monotonic()
+        name = f"it{i:03d}/check{self._checks}"
+        ws, shapes = self.workspace, self.shapes_named(names)
+        tree_a = ws.checkout_copy(self.incumbent_ref, self.log_dir / "runs" / name / "tree-A")
+        tree_b = ws.checkout_copy(self.incumbent_ref, self.log_dir / "runs" / name / "tree-B")
+        try:
+            Workspace.open(tree_b, ws.package).apply_patch(diff)
+            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=name, roofline=False, shapes=shapes)
+            text = _check_text(result, compare(result, a="A", b="B", stats=self.spec.stats, expected_sha256={
+                "A": _sha256(tree_a / self.kernel_file), "B": _sha256(tree_b / self.kernel_file)}))
+        except (HarnessError, SandboxError, PatchRejected) as exc:
+            text = f"correctness: not known\nhint: none\nerror: {type(exc).__name__}: {str(exc)[:4000]}"
+        finally:
+            ws.remove_copy(tree_a)
+            ws.remove_copy(tree_b)
+        text = f"check_kernel ({time.monotonic() - t0:.0f} s, shapes {', '.join(s.name for s in shapes)})\n{text}"
+        self.writer.append("agent.check_kernel", iteration=i, payload={
+            "patch_sha256": hashlib.sha256(diff.encode()).hexdigest(), "shapes": [s.name for s in shapes],
+            "text": text[:8000], "seconds": round(time.monotonic() - t0, 1)})
+        return text
 
     def iteration(self, i: int) -> tuple[Outcome, str]:
         self.on_event("iteration", {"iteration": i})
         proposal: Proposal | None = None
         try:
-            tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i)
+            tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i,
+                               kernel_check=KernelChecks(self, i))
             got = self.proposer.propose(self._state(i), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
             if isinstance(got, GiveUp):
                 return self._finish(i, "invalid", f"gave up: {got.reason}", None)
@@ -206,7 +249,8 @@ class KernelCampaign:
                     f"Ratchet-Speedup: {ab.overall}", f"Ratchet-Predicted: {proposal.predicted_speedup}",
                     f"Ratchet-Audit-Seq: {self.writer.next_seq}"]
         trailers += [f"Ratchet-Shape: {name} {ci}" for name, ci in ab.shapes.items()]
-        title = proposal.source.removeprefix("kernel-search:")[:120]
+        title = (proposal.source.removeprefix("kernel-search:") if proposal.source.startswith("kernel-search:")
+                 else proposal.hypothesis.splitlines()[0])[:120]
         return self.workspace.commit(f"ratchet: {title}\n\n{proposal.hypothesis}\n\n" + "\n".join(trailers))
 
     def _finish(self, i: int, outcome: Outcome, reason: str, proposal: Proposal | None, *, ab: KernelAB | None = None,
@@ -263,17 +307,55 @@ class KernelCampaign:
         return payload
 
 
+@dataclass(frozen=True)
+class KernelChecks:
+    """check_kernel for one iteration's proposer (agent.tools.TrialRunner; its names are shape names)."""
+
+    campaign: KernelCampaign
+    iteration: int
+
+    def check_cells(self, cells: list[str] | None) -> None:
+        self.campaign.shapes_named(cells)
+
+    def run(self, diff: str, cells: list[str] | None) -> str:
+        return self.campaign.check(self.iteration, diff, cells)
+
+
+def _check_text(result: dict[str, Any], ab: KernelAB) -> str:
+    """What check_kernel hands back: `correctness:` per shape, `hint:` (timing), and any load error."""
+    build = result["builds"].get("B", {})
+    if not build.get("loaded"):
+        return ("correctness: not run: the patched kernel did not load\nhint: none\n"
+                f"error:\n{build.get('error', 'missing from the result')}")
+    lines = []
+    for name, shape in result["shapes"].items():
+        entry = shape["builds"]["B"]
+        lines.append(f"  {name}: ok" if entry["ok"] else f"  {name}: FAILED: {'; '.join(failures_of(entry))[:1500]}")
+    bad = sum(1 for line in lines if "FAILED" in line)
+    head = "correctness: ok on every shape (before and after timing)" if not bad else \
+        f"correctness: {bad} of {len(lines)} shape(s) failed"
+    if ab.overall is None:
+        hint = f"hint: none ({ab.reason[:600]})"
+    else:
+        per = "; ".join(f"{name} {ci}" for name, ci in ab.shapes.items())
+        hint = (f"hint: patched vs incumbent {ab.overall} ({per}); a hint, not a verdict (only the campaign's "
+                "A/B decides)")
+    return "\n".join([head, *lines, hint])
+
+
 def new_campaign_id(name: str) -> str:
     return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, workspace_root: Path,
-                          on_event: Event = lambda k, d: None) -> KernelEnd:
+                          on_event: Event = lambda k, d: None, proposer: Proposer | None = None) -> KernelEnd:
+    """`proposer`: default the tunables search of `proposer.search`; an LLMProposer for `--proposer llm`."""
     campaign_id = new_campaign_id(spec.name)
     log_dir = (log_root / campaign_id).resolve()
     policy = load_policy(spec.policy)
     limits = {"wall_seconds": spec.budget.wall_seconds, "llm_tokens": spec.budget.llm_tokens,
-              "llm_usd": spec.budget.llm_usd}
+              "llm_usd": spec.budget.llm_usd, "trials": spec.budget.trials}
+    proposer = proposer or KernelSearchProposer(spec.proposer.search, kernel_file=spec.target.kernel_file)
     with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
         ws = Workspace.create(spec.workspace_dir(workspace_root, campaign_id), serving={},
                               package=spec.target.package, source=spec.target.source)
@@ -283,14 +365,13 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
         tunables = read_tunables((ws.root / spec.target.kernel_file).read_text())
         writer.append("campaign.start", payload={
             "kind": "kernel", "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
-            "workspace": str(ws.root), "branch": branch, "proposer": "kernel-search", "base_commit": ws.head(),
+            "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
             "kernel_file": spec.target.kernel_file, "tunables": tunables, "environment": describe_environment()})
         if spec.device == "cuda":
             gate.require({"kind": "use_gpu", "devices": 1, "minutes": spec.budget.wall_seconds / 60}, iteration=0)
         camp = KernelCampaign(spec=spec, campaign_id=campaign_id, log_dir=log_dir, writer=writer, gate=gate,
-                              workspace=ws, proposer=KernelSearchProposer(spec.proposer.search,
-                                                                          kernel_file=spec.target.kernel_file),
+                              workspace=ws, proposer=proposer,
                               baseline_tunables=tunables, incumbent_ref=ws.head(), on_event=on_event)
         t0 = time.monotonic()
         baseline = camp.baseline()

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import policies
-from agent.spec import BudgetConfig, SearchConfig, SpecError, format_spec_error, read_spec_file
+from agent.spec import BudgetConfig, LLMSettings, SearchConfig, SpecError, format_spec_error, read_spec_file
 from harness.config import StatsConfig
 from harness.kernel.config import CorrectnessConfig, RooflineConfig, ShapeConfig, TimingConfig
 
@@ -48,9 +48,13 @@ class KernelTarget(BaseModel):
 
 
 class KernelProposerConfig(BaseModel):
+    """search: the kernel's `NAME = int` tunables; llm: a coding agent editing the kernel file, with
+    check_kernel (the harness's checks and a timing of its patch) before it proposes."""
+
     model_config = _STRICT
-    kind: Literal["search"] = "search"
+    kind: Literal["search", "llm"] = "search"
     search: SearchConfig = SearchConfig()
+    llm: LLMSettings = LLMSettings()
 
     @model_validator(mode="after")
     def _integer_tunables(self) -> KernelProposerConfig:

@@ -34,9 +34,10 @@ def to_unified_diff(root: Path, patch: str, patch_format: str) -> str:
 
 
 class TrialRunner(Protocol):
-    """What runs a checked patch as a trial (agent/trial.py's IterationTrials)."""
+    """What runs a checked patch as a trial (agent/trial.py's IterationTrials; for kernel campaigns
+    agent/kernel_campaign.py's KernelChecks, whose names are shapes instead of cells)."""
 
-    def check_cells(self, cells: list[str] | None) -> None: ...   # ValueError naming the grid's cells
+    def check_cells(self, cells: list[str] | None) -> None: ...   # ValueError naming the valid names
     def run(self, diff: str, cells: list[str] | None) -> str: ...  # the text the agent reads
 
 
@@ -45,7 +46,8 @@ class GatedTools:
     gate: Gatekeeper
     root: Path
     iteration: int
-    trial: TrialRunner | None = None      # None: this campaign offers no trials (kernel campaigns)
+    trial: TrialRunner | None = None          # serving campaigns' try_patch
+    kernel_check: TrialRunner | None = None   # kernel campaigns' check_kernel
 
     def _read_allowed(self, path: str) -> Path:
         self.gate.require({"kind": "read_file", "path": path}, iteration=self.iteration)
@@ -112,6 +114,16 @@ class GatedTools:
         diff = self.check_patch(patch, patch_format)
         self.gate.reserve("trials", 1, iteration=self.iteration)
         return self.trial.run(diff, cells)
+
+    def check_kernel(self, patch: str, patch_format: str = "diff", shapes: list[str] | None = None) -> str:
+        """The same for a kernel campaign: the kernel harness's checks and timing of the patched kernel."""
+        if self.kernel_check is None:
+            raise ActionDenied("builtin-trials", "this campaign checks no kernels (check_kernel is for kernel "
+                                                 "campaigns; try_patch for serving campaigns)")
+        self.kernel_check.check_cells(shapes)
+        diff = self.check_patch(patch, patch_format)
+        self.gate.reserve("trials", 1, iteration=self.iteration)
+        return self.kernel_check.run(diff, shapes)
 
     def charge(self, resource: str, amount: float) -> None:
         self.gate.spend(resource, amount, iteration=self.iteration)

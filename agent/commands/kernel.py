@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--log-dir", default="audit_logs", help="campaign logs go to DIR/<campaign-id>/")
     p.add_argument("--workspaces", default=".ratchet/workspaces", help="where campaign workspaces are created")
     p.add_argument("--out", help="write the summary JSON here (and the same name with .md)")
+    p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
+    p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --proposer llm")
+    p.add_argument("--llm-model", help="model name for --proposer llm")
     p.set_defaults(func=run)
 
 
@@ -53,9 +56,17 @@ def run(args: argparse.Namespace) -> int:
     budget = spec.budget.model_copy(update={k: v for k, v in (("max_iterations", args.max_iterations),
                                                               ("wall_seconds", args.wall_seconds)) if v is not None})
     spec = spec.model_copy(update={"budget": budget})
+    proposer = None
+    if (getattr(args, "proposer", None) or spec.proposer.kind) == "llm":
+        from agent.proposers.llm import LLMConfig, LLMProposer
+
+        settings = spec.proposer.llm.model_dump(exclude_none=True)
+        settings.update({k: v for k, v in (("base_url", getattr(args, "llm_base_url", None)),
+                                           ("model", getattr(args, "llm_model", None))) if v})
+        proposer = LLMProposer(LLMConfig(**settings))
     try:
         end = start_kernel_campaign(spec, Path(args.spec), log_root=Path(args.log_dir),
-                                    workspace_root=Path(args.workspaces), on_event=_event)
+                                    workspace_root=Path(args.workspaces), on_event=_event, proposer=proposer)
     except AuditError as exc:
         err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
         return 4

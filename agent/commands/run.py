@@ -98,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
 
         return run_kernel(argparse.Namespace(spec=args.spec, max_iterations=args.max_iterations,
                                              wall_seconds=args.wall_seconds,
-                                             log_dir=args.log_dir, workspaces=args.workspaces, out=None))
+                                             log_dir=args.log_dir, workspaces=args.workspaces, out=None,
+                                             proposer=args.proposer, llm_base_url=args.llm_base_url,
+                                             llm_model=args.llm_model))
     spec = open_spec(args.spec)
     budget = spec.budget.model_dump() | {k: v for k in ("max_iterations", "wall_seconds")
                                          if (v := getattr(args, k)) is not None}

@@ -27,7 +27,7 @@ from agent.errors import BudgetExhausted, ProposerError
 from agent.proposers.llm_config import LLMConfig
 from agent.proposers.llm_context import compact, conversation_chars
 from agent.proposers.llm_prompt import NUDGE, render_state, system_prompt
-from agent.proposers.llm_tools import TOOL_SCHEMAS, ToolBox, calls_in_text
+from agent.proposers.llm_tools import ToolBox, calls_in_text, tool_schemas
 
 __all__ = ["LLMProposer", "LLMConfig"]
 
@@ -71,7 +71,7 @@ class LLMProposer:
                         f"{resource}: no budget left before LLM call {turn} of iteration {state.iteration}"
                     )
             summarised = compact(messages, max_chars=cfg.max_context_chars, keep_recent=cfg.keep_recent_messages)
-            response = self._complete(messages, tools, rng=rng, turn=turn)
+            response = self._complete(messages, tools, rng=rng, turn=turn, target=state.target)
             reply = _assistant_message(response, turn)
             if not reply.get("tool_calls") and cfg.parse_text_tool_calls:
                 found = calls_in_text(reply["content"])
@@ -162,13 +162,14 @@ class LLMProposer:
         )
         return result
 
-    def _complete(self, messages: list[dict[str, Any]], tools: Tools, *, rng: random.Random, turn: int) -> Any:
+    def _complete(self, messages: list[dict[str, Any]], tools: Tools, *, rng: random.Random, turn: int,
+                  target: str = "serving") -> Any:
         """One chat completion, with bounded retry rounds around the client's own retries."""
         cfg = self.config
         kwargs: dict[str, Any] = {
             "model": cfg.model,
             "messages": messages,
-            "tools": TOOL_SCHEMAS,
+            "tools": tool_schemas(target),
             "tool_choice": cfg.tool_choice,
             "temperature": cfg.temperature,
         }

@@ -28,9 +28,37 @@ NUDGE = (
 )
 
 
+def _kernel_system_prompt(state: CampaignState, *, max_turns: int, trials: str) -> str:
+    kernel = state.allowed_paths[0] if state.allowed_paths else "the kernel file"
+    return f"""You are a GPU kernel engineer in an automated, audited optimisation campaign.
+
+MISSION
+Make the attention kernel in {kernel} faster on the campaign's shapes while its output stays within the
+harness's tolerance of an fp64 reference on every shape, before and after timing. Every patch is verified:
+the harness's correctness checks on fresh inputs, then interleaved timing against the incumbent; only a clear
+speedup with no shape regressing is kept.
+
+RULES
+- You may only change {kernel}; anything else is denied by the policy gate.
+- Never touch timers, the harness, or anything that measures or checks; do not special-case the test inputs,
+  cache results across calls or skip work the reference does: such kernels fail the checks.
+- Every action is checked by a policy gate and written to an audit log; a denied action tells you why.
+
+HOW TO WORK (always answer with a tool call)
+1. Read the kernel (read_file, search) and the shapes (the Environment section); the metrics are per shape.
+2. check_kernel(patch, format, shapes): the harness's checks and a timing of your patch beside the
+   incumbent on the shapes you name; you get 'correctness:' per shape, a 'hint:' ratio (not a verdict) and
+   the load or compile error if it fails. Trials are few ({trials} left): check what you are unsure of.
+3. propose_patch(hypothesis, patch, format, predicted_speedup), then submit(); or give_up(reason).
+   Formats: "diff" (git-style unified diff, paths relative to the workspace root) or "search_replace".
+You have at most {max_turns} replies in this iteration."""
+
+
 def system_prompt(state: CampaignState, *, max_turns: int) -> str:
     left = state.budget_left.get("trials", 0.0)
     trials = "no limit" if left == float("inf") else f"{left:.0f}"
+    if state.target == "kernel":
+        return _kernel_system_prompt(state, max_turns=max_turns, trials=trials)
     allowed = "\n".join(f"  - {glob}" for glob in state.allowed_paths) or "  - (none listed: ask by proposing)"
     return f"""You are a performance engineer in an automated, audited optimisation campaign.
 
@@ -175,6 +203,25 @@ def render_state(state: CampaignState, *, failure_chars: int = 6000) -> str:
         profile = profile[:_MAX_PROFILE_CHARS] + "\n[profile truncated; view_profile shows all of it]"
     budget = ", ".join(f"{k}: {_fmt(v)}" for k, v in sorted(state.budget_left.items())) or "(not reported)"
     environment = "\n".join(f"{k}: {v}" for k, v in state.environment.items()) or "(not reported)"
+    if state.target == "kernel":
+        return f"""Iteration {state.iteration}; incumbent commit {state.incumbent_ref}.
+
+## Environment (the kernel, its device and dtype, the shapes it is measured on)
+{environment}
+
+## Incumbent timing per shape (median microseconds)
+{render_metrics(state.incumbent_metrics, state.baseline_metrics)}
+
+## Tunables (module constants of the kernel file)
+{render_serving(state.serving_config)}
+
+## History of hypotheses and outcomes
+{hist}
+
+## Budget left
+{budget}
+
+Read the kernel first, check a patch with check_kernel, then propose one patch and submit it."""
     return f"""Iteration {state.iteration}; incumbent commit {state.incumbent_ref}.
 
 ## Environment (versions, hardware, attention backend, the served model's shapes)

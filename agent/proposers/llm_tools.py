@@ -30,7 +30,7 @@ from agent.proposers.llm_config import LLMConfig
 from agent.proposers.llm_prompt import render_metrics, render_serving
 from sandbox.errors import SandboxError
 
-__all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome", "calls_in_text"]
+__all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome", "calls_in_text", "tool_schemas"]
 
 # Failures a Tools call may raise that the model should hear about (anything else is a bug: it propagates).
 _TOOL_ERRORS = (AgentError, SandboxError, OSError, ValueError, LookupError, subprocess.SubprocessError)
@@ -82,6 +82,13 @@ class TryPatchArgs(_Args):
         "One or two benchmark cells to measure, e.g. ['in512/out64'] (default: the grid's first)."))
 
 
+class CheckKernelArgs(_Args):
+    patch: str = Field(min_length=1, description="The kernel change to check: a unified diff or SEARCH/REPLACE blocks.")
+    format: Literal["diff", "search_replace"] = Field(default="diff", description="Patch format.")
+    shapes: list[str] = Field(default_factory=list, description=(
+        "Names of the spec's shapes to check and time (default: all of them)."))
+
+
 class GiveUpArgs(_Args):
     reason: str = Field(min_length=1, description="Why no worthwhile change can be proposed now.")
 
@@ -106,6 +113,12 @@ _DESCRIPTIONS: dict[str, tuple[str, type[_Args]]] = {
         "returns 'parity:' (on prompts you may see), 'hint:' (a rough speed ratio, not a verdict) and, when "
         "a server fails, 'server log:' with its Python traceback. Costs minutes and one of few trials.",
         TryPatchArgs,
+    ),
+    "check_kernel": (
+        "Check a kernel patch before proposing it: the harness's correctness checks (before and after timing) and "
+        "a timing beside the incumbent on the named shapes; returns 'correctness:', 'hint:' (a rough ratio, not a "
+        "verdict) and, when the kernel does not load or raises, its error text. Costs one of few trials.",
+        CheckKernelArgs,
     ),
     "propose_patch": (
         "Check a patch (policy gate + git apply --check). On success it becomes the proposal "
@@ -142,6 +155,13 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": name, "description": desc, "parameters": _schema(model)}}
     for name, (desc, model) in _DESCRIPTIONS.items()
 ]
+# Each target's own inner-loop tool: serving campaigns try patches on servers, kernel campaigns check kernels.
+_NOT_FOR = {"serving": {"check_kernel"}, "kernel": {"try_patch"}}
+
+
+def tool_schemas(target: str) -> list[dict[str, Any]]:
+    """The tools offered for a campaign target ("serving" or "kernel")."""
+    return [t for t in TOOL_SCHEMAS if t["function"]["name"] not in _NOT_FOR.get(target, set())]
 
 
 @dataclass(frozen=True)
@@ -164,8 +184,9 @@ class ToolBox:
 
     def dispatch(self, name: str, raw_arguments: str | None) -> ToolOutcome:
         name = (name or "").strip().removeprefix("functions.")
-        if name not in _DESCRIPTIONS:
-            return ToolOutcome(f"ERROR: unknown tool {name!r}; available tools: {', '.join(_DESCRIPTIONS)}.", ok=False)
+        offered = [n for n in _DESCRIPTIONS if n not in _NOT_FOR.get(self.state.target, set())]
+        if name not in offered:
+            return ToolOutcome(f"ERROR: unknown tool {name!r}; available tools: {', '.join(offered)}.", ok=False)
         try:
             args = _DESCRIPTIONS[name][1].model_validate(_parse_arguments(raw_arguments))
         except (ValueError, ValidationError) as exc:
@@ -176,7 +197,7 @@ class ToolBox:
             )
         key = f"{name} {json.dumps(args.model_dump(), sort_keys=True)}"
         self.seen[key] = self.seen.get(key, 0) + 1
-        if name == "try_patch" and key in self.trial_results:
+        if name in ("try_patch", "check_kernel") and key in self.trial_results:
             return ToolOutcome("REPEATED: you tried exactly this patch already (no new trial was run); its result "
                                f"was:\n{self.trial_results[key]}", ok=False)
         if self.seen[key] >= 3 and name not in ("submit", "give_up"):
@@ -243,6 +264,12 @@ class ToolBox:
         text = self.tools.try_patch(args.patch, args.format, list(args.cells) or None)
         self.trial_results[f"try_patch {json.dumps(args.model_dump(), sort_keys=True)}"] = text
         return ToolOutcome(self._cut(text, "the log's head and tail are kept"), ok="server log:" not in text)
+
+    def _check_kernel(self, args: CheckKernelArgs) -> ToolOutcome:
+        text = self.tools.check_kernel(args.patch, args.format, list(args.shapes) or None)
+        self.trial_results[f"check_kernel {json.dumps(args.model_dump(), sort_keys=True)}"] = text
+        failed = "correctness: ok" not in text
+        return ToolOutcome(self._cut(text, "the error's head is kept"), ok=not failed)
 
     def _propose_patch(self, args: ProposePatchArgs) -> ToolOutcome:
         record: dict[str, object] = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -51,8 +52,9 @@ def load_kernel(tree: Path, module: str, entry: str, *, tag: str) -> LoadedKerne
     sys.modules[name] = mod        # Triton's JIT looks functions' modules up by name
     try:
         spec.loader.exec_module(mod)
-    except Exception as exc:
-        raise KernelLoadError(f"importing {path} raised {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:   # the frames, so whoever wrote the kernel sees the line (a SyntaxError shows its caret)
+        frames = "".join(traceback.format_exception(exc, limit=-4))[-3000:]
+        raise KernelLoadError(f"importing {path} raised {type(exc).__name__}: {exc}\n{frames}") from exc
     fn = getattr(mod, entry, None)
     if not callable(fn):
         raise KernelLoadError(f"{path} has no callable {entry!r}; target.entry names the entry function")

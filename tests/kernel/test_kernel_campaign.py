@@ -81,3 +81,63 @@ def test_ratchet_run_hands_a_kernel_spec_to_the_kernel_campaign(tmp_path: Path, 
     (log_dir,) = (tmp_path / "logs").iterdir()
     assert log_dir.name.startswith("torch-kernel-test-")
     assert verify(log_dir).ok
+
+
+def _kernel_diff(source: str, old: str, new: str) -> str:
+    import difflib
+
+    after = source.replace(old, new, 1)
+    assert after != source
+    return "".join(difflib.unified_diff(source.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        "a/torchattn/attention.py", "b/torchattn/attention.py"))
+
+
+def test_an_llm_agent_checks_a_broken_kernel_reads_its_error_fixes_it_and_the_fix_is_accepted(
+        tmp_path: Path, audit_key: Path) -> None:
+    from tests.fakes import Reply, ScriptedOpenAIServer, call, reply
+
+    spec_path = _spec(tmp_path, "[4]")
+    source = (tmp_path / "src" / "torchattn" / "attention.py").read_text()
+    fixed = _kernel_diff(source, "REPEATS = 4\n", "REPEATS = 1\n")
+    broken = _kernel_diff(source, "REPEATS = 4\n", "REPEATS = 1\n_SCRATCH = torch.empty(SCRATCH_SIZE)\n")
+
+    def last_result(body: dict[str, object]) -> str:
+        return [m["content"] for m in body["messages"] if m.get("role") == "tool"][-1]   # type: ignore[attr-defined]
+
+    def fix_after_the_error(body: dict[str, object]) -> Reply:
+        text = last_result(body)
+        if "did not load" in text and "NameError: name 'SCRATCH_SIZE' is not defined" in text:
+            return reply(call("check_kernel", patch=fixed, shapes=["decode", "prefill"]))
+        return reply(call("give_up", reason=f"no load error shown: {text[:300]}"))
+
+    def propose_when_correct(body: dict[str, object]) -> Reply:
+        text = last_result(body)
+        if "correctness: ok on every shape" in text and "hint: patched vs incumbent" in text:
+            return reply(call("propose_patch", hypothesis="one pass instead of four", patch=fixed,
+                              predicted_speedup=3.0))
+        return reply(call("give_up", reason=f"the fix did not check out: {text[:300]}"))
+
+    script = [reply(call("read_file", path="torchattn/attention.py")),
+              reply(call("check_kernel", patch=broken)), fix_after_the_error, propose_when_correct,
+              reply(call("submit"))]
+    spec_path.write_text(spec_path.read_text().replace("budget: {max_iterations: 3, wall_seconds: 600}",
+                                                       "budget: {max_iterations: 1, wall_seconds: 600}"))
+    out = tmp_path / "summary.json"
+    with ScriptedOpenAIServer(script) as server:
+        rc = main(["kernel", str(spec_path), "--proposer", "llm", "--llm-base-url", server.base_url,
+                   "--llm-model", "scripted", "--log-dir", str(tmp_path / "logs"), "--workspaces",
+                   str(tmp_path / "ws"), "--out", str(out)])
+        offered = [t["function"]["name"] for t in server.requests[0]["tools"]]
+        system = server.requests[0]["messages"][0]["content"]
+    summary = json.loads(out.read_text())
+    assert rc == 0 and summary["audit_verify"]["ok"]
+    assert [i["outcome"] for i in summary["iterations"]] == ["accepted"], summary["iterations"]
+    assert "check_kernel" in offered and "try_patch" not in offered and "kernel engineer" in system
+    log_dir = Path(summary["log_dir"])
+    records = [json.loads(line) for line in (log_dir / "log.jsonl").read_text().splitlines()]
+    from audit.reader import payload_of
+
+    first, second = [payload_of(log_dir, r)["text"] for r in records if r["kind"] == "agent.check_kernel"]
+    assert "correctness: not run: the patched kernel did not load" in first and "line " in first
+    assert "correctness: ok on every shape" in second
+    assert "REPEATS = 1" in (Path(summary["workspace"]) / "torchattn" / "attention.py").read_text()
