@@ -97,7 +97,9 @@ class Trials:
         failures come back as the report (the agent's to fix); only an unwritable log raises."""
         self.count += 1
         t0 = time.monotonic()
-        work = self.log_dir / "runs" / f"it{iteration:03d}" / f"try{self.count}"
+        folder = self.log_dir / "runs" / f"it{iteration:03d}"
+        # a fresh folder per trial, also for an iteration resumed after a crash (its earlier trials stay)
+        work = next(folder / f"try{k}" for k in range(1, 10_000) if not (folder / f"try{k}").exists())
         ws = self.workspace
         labels = tuple(c.label for c in cells)
         trees = (work / "tree-A", work / "tree-B")
