@@ -84,7 +84,7 @@ class Confirmation:
 _SHOWN_BUDGETS = ("llm_tokens", "llm_usd", "wall_seconds", "trials")
 # Added to the benchmark seed for a confirmation: its random prompts are not the screen's.
 CONFIRM_SEED_OFFSET = 1_000_003
-CONFIRM_PORT_ATTEMPTS = 3
+PORT_ATTEMPTS = 3          # evaluations whose port another campaign took first
 
 
 @dataclass
@@ -242,8 +242,7 @@ class Campaign:
             if jobs:
                 parallel = f" ({len(jobs)} candidates in parallel)" if len(jobs) > 1 else ""
                 self.on_event("phase", {"phase": f"verify: parity, then interleaved A/B{parallel}"})
-                for o in self.executor.run(jobs, on_retry=self._record_retry,
-                                           progress=lambda msg: self.on_event("progress", {"message": msg})):
+                for o in self._evaluate(jobs):
                     evals[o.iteration] = o
                     self._eval_seconds = max(self._eval_seconds, float(o.placement.get("seconds") or 0.0))
             outcomes = self._settle(items, evals)    # the trees are still there for a confirmation
@@ -336,6 +335,43 @@ class Campaign:
                 for tree in (item.job.a.tree, item.job.b.tree):
                     self.workspace.remove_copy(tree)
 
+    def _gate_ports(self, job: EvalJob) -> dict[str, int]:
+        ports: dict[str, int] = {}
+        for build in (job.a, job.b):
+            ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, job.iteration,
+                                           exclude=tuple(ports.values()))
+        return ports
+
+    def _evaluate(self, jobs: list[EvalJob]) -> list[EvalOutcome]:
+        """Run evaluations. Another campaign on this host can take a port between its pick and its lease (the
+        second server starts a minute after the first): such an evaluation runs again on newly gated ports,
+        in a folder of its own, up to PORT_ATTEMPTS times in all."""
+        done: dict[int, EvalOutcome] = {}
+        pending = jobs
+        for attempt in range(2, PORT_ATTEMPTS + 2):
+            for o in self.executor.run(pending, on_retry=self._record_retry,
+                                       progress=lambda msg: self.on_event("progress", {"message": msg})):
+                done[o.iteration] = o
+            lost = [job for job in pending if isinstance(done[job.iteration].error, PortInUse)]
+            if not lost or attempt > PORT_ATTEMPTS:
+                break
+            pending = []
+            for job in lost:
+                try:
+                    ports = self._gate_ports(job)
+                except ActionDenied:           # its PortInUse outcome stands
+                    continue
+                self.writer.append("iteration.port_retry", iteration=job.iteration, payload={
+                    "error": str(done[job.iteration].error)[:500], "ports": ports, "attempt": attempt})
+                self.on_event("progress", {"message": f"iteration {job.iteration}: a port was taken by another "
+                                                     f"campaign; again on ports {sorted(ports.values())}"})
+                name = job.work_dir.name
+                pending.append(replace(job, ports=ports, work_dir=job.work_dir.with_name(f"{name}{attempt}")
+                                       if name == "confirm" else job.work_dir / f"ports{attempt}"))
+            if not pending:
+                break
+        return [done[job.iteration] for job in jobs]
+
     def _record_retry(self, job: EvalJob, exc: BaseException) -> None:
         self.writer.append("iteration.retry", iteration=job.iteration, payload={
             "attempt": job.attempt, "error": type(exc).__name__, "message": str(exc)[:2000],
@@ -422,21 +458,12 @@ class Campaign:
             "screen_speedup": str(screen.result.overall), "seed": bench.seed, "order": "B first",
             "repeats": bench.repeats,
             "screen_cells": {label: str(ci) for label, ci in screen.result.headline().items()}})
-        for attempt in range(1, CONFIRM_PORT_ATTEMPTS + 1):
-            ports: dict[str, int] = {}
-            try:
-                for build in (job.a, job.b):
-                    ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,
-                                                   exclude=tuple(ports.values()))
-            except ActionDenied as exc:
-                return Confirmation(None, f"not confirmed: its servers were denied ({exc}); left uncommitted")
-            again = replace(job, purpose="confirm", bench=bench, ports=ports,
-                            work_dir=job.work_dir / ("confirm" if attempt == 1 else f"confirm{attempt}"))
-            done = self.executor.run([again], on_retry=self._record_retry,
-                                     progress=lambda msg: self.on_event("progress", {"message": msg}))[0]
-            # Another campaign on this host can take a port between its pick and its lease: pick again.
-            if not isinstance(done.error, PortInUse):
-                break
+        try:
+            ports = self._gate_ports(job)
+        except ActionDenied as exc:
+            return Confirmation(None, f"not confirmed: its servers were denied ({exc}); left uncommitted")
+        again = replace(job, purpose="confirm", bench=bench, ports=ports, work_dir=job.work_dir / "confirm")
+        done = self._evaluate([again])[0]
         if done.error is not None or done.result is None:
             error = done.error or RuntimeError("evaluation returned nothing")
             return Confirmation(None, f"not confirmed: the confirmation failed ({type(error).__name__}: "

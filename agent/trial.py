@@ -22,7 +22,7 @@ from agent.server_gate import gate_server
 from agent.spec import CampaignSpec
 from audit import AuditWriter
 from harness.config import Cell
-from harness.errors import HarnessError
+from harness.errors import HarnessError, PortInUse
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build, ab_compare
 from harness.server import failure_excerpt
@@ -34,6 +34,7 @@ __all__ = ["IterationTrials", "TrialReport", "Trials", "TRIAL_REPEATS", "MAX_TRI
 
 TRIAL_REPEATS = 2        # interleaved runs per build and cell: enough for a rough ratio, far from a verdict
 MAX_TRIAL_CELLS = 2
+PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -111,11 +112,17 @@ class Trials:
             candidate = Workspace.open(tree_b)
             b = Build(tag="B", tree=tree_b, engine_args=candidate.serving_config(), ref="trial",
                       cache_key=candidate.content_hash())
-            ports: dict[str, int] = {}
-            for build in (a, b):
-                ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, iteration,
-                                               exclude=tuple(ports.values()))
-            result = self._measure(a, b, cells, ports, work)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                ports: dict[str, int] = {}
+                for build in (a, b):
+                    ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, iteration,
+                                                   exclude=tuple(ports.values()))
+                try:
+                    result = self._measure(a, b, cells, ports, work if attempt == 1 else work / f"ports{attempt}")
+                    break
+                except PortInUse:   # another campaign on this host took a port first: pick again
+                    if attempt == PORT_ATTEMPTS:
+                        raise
             report = self._report(result, labels, time.monotonic() - t0)
         except (HarnessError, SandboxError, PatchRejected, OSError) as exc:
             report = TrialReport(parity="not known: the trial did not get that far",
@@ -153,8 +160,8 @@ class Trials:
 
     def _crash_log(self, work: Path) -> str:
         """The candidate's server log (the incumbent's when only it ran), from its first traceback."""
-        logs = sorted(work.glob("server-B*.log"), key=lambda p: p.stat().st_mtime) or \
-            sorted(work.glob("server-A*.log"), key=lambda p: p.stat().st_mtime)
+        logs = sorted(work.rglob("server-B*.log"), key=lambda p: p.stat().st_mtime) or \
+            sorted(work.rglob("server-A*.log"), key=lambda p: p.stat().st_mtime)
         return failure_excerpt(logs[-1], self.log_chars) if logs else ""
 
     def for_iteration(self, iteration: int, incumbent_ref: str) -> IterationTrials:

@@ -78,24 +78,29 @@ def _serving_patch(old: int, new: int) -> str:
 
 
 # A first try that crashes the server at model load (an undefined name in gemma4.py), next to the good change.
-_BROKEN_LINE = "+_DECODE_BATCH = MAX_DECODE_BATCH * 2  # sized with serving.yaml's max_num_seqs\n"
 BROKEN_TRY = (_serving_patch(1, 8) + "diff --git a/vllm/model_executor/models/gemma4.py "
               "b/vllm/model_executor/models/gemma4.py\n--- a/vllm/model_executor/models/gemma4.py\n"
-              "+++ b/vllm/model_executor/models/gemma4.py\n@@ -1,1 +1,2 @@\n # SPDX-License-Identifier: Apache-2.0\n"
-              + _BROKEN_LINE)
+              "+++ b/vllm/model_executor/models/gemma4.py\n@@ -1,2 +1,3 @@\n # SPDX-License-Identifier: Apache-2.0\n"
+              "+_DECODE_BATCH = MAX_DECODE_BATCH * 2  # sized with serving.yaml's max_num_seqs\n"
+              " # SPDX-FileCopyrightText: Copyright contributors to the vLLM project\n")
+
+
+def _last_tool_result(body: dict[str, object]) -> str:
+    results = [m["content"] for m in body["messages"] if m.get("role") == "tool"]   # type: ignore[attr-defined]
+    return str(results[-1]) if results else "(no tool result yet)"
 
 
 def _fix_after_reading_the_traceback(body: dict[str, object]) -> Reply:
     """The scripted model reacts to the trial it was handed: a traceback naming the undefined name -> it tries
     the patch without that line; anything else -> it gives up (and the test's outcomes fail)."""
-    last = [m["content"] for m in body["messages"] if m.get("role") == "tool"][-1]   # type: ignore[attr-defined]
+    last = _last_tool_result(body)
     if "server log:" in last and "NameError: name 'MAX_DECODE_BATCH' is not defined" in last:
         return reply(call("try_patch", patch=_serving_patch(1, 8), format="diff", cells=["in64/out16"]))
     return reply(call("give_up", reason=f"the trial showed no traceback: {last[:300]}"))
 
 
 def _propose_when_the_trial_passed(body: dict[str, object]) -> Reply:
-    last = [m["content"] for m in body["messages"] if m.get("role") == "tool"][-1]   # type: ignore[attr-defined]
+    last = _last_tool_result(body)
     if "parity: parity ok" in last and "hint: candidate vs incumbent" in last:
         return reply(call("propose_patch", hypothesis="Batch up to 8 sequences instead of 1: decode steps amortise "
                           "per-step overhead; expect >2x on in64/out16", patch=_serving_patch(1, 8), format="diff",

@@ -305,6 +305,36 @@ def test_a_confirmation_whose_port_was_taken_by_another_campaign_picks_new_ports
     assert [j.work_dir.name for j in executor.confirmations] == ["confirm", "confirm2"]
 
 
+def test_a_screen_whose_port_was_taken_by_another_campaign_runs_again_on_new_ports(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    from harness.errors import PortInUse
+
+    class TakenOnce(FakeExecutor):
+        taken = False
+
+        def run(self, jobs, *, on_retry, progress):  # type: ignore[no-untyped-def]
+            if jobs[0].purpose == "screen" and not self.taken:   # the round's second job loses its B port
+                self.taken = True
+                self.rounds.append(jobs)
+                first = super().run(jobs[:1], on_retry=on_retry, progress=progress)
+                self.rounds.pop()
+                return first + [EvalOutcome(jobs[1].iteration, error=PortInUse(
+                    "port 8003 is leased by another ratchet server on this host"))]
+            return super().run(jobs, on_retry=on_retry, progress=progress)
+
+    executor = TakenOnce({4: SpeedupCI(1.0, 0.97, 1.03, 4), 8: SpeedupCI(1.5, 1.3, 1.7, 4)})
+    camp = campaign(executor)
+    camp.spec = camp.spec.model_copy(update={"budget": camp.spec.budget.model_copy(update={"max_iterations": 2})})
+    camp.run()
+    results = _results_of(tmp_path / "log")
+    assert [results[i]["outcome"] for i in (1, 2)] == ["rejected", "accepted"]   # not "failed: PortInUse"
+    (again,) = executor.rounds[-1]
+    assert again.iteration == 2 and again.work_dir.name == "ports2"
+    records = read_records(tmp_path / "log")
+    (retry,) = [payload_of(tmp_path / "log", r) for r in records if r["kind"] == "iteration.port_retry"]
+    assert "leased by another" in retry["error"] and sorted(retry["ports"].values()) == sorted(again.ports.values())
+
+
 def test_an_accepted_patch_has_the_new_incumbent_profiled_and_the_next_proposal_sees_it(
         campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.config import Cell
