@@ -75,6 +75,19 @@ class IterationFacts:
     divergences: tuple[Divergence, ...] = ()
     commit: str | None = None
 
+    @property
+    def parity_broken(self) -> bool:
+        """Parity was checked and failed (old logs have no outcome: then `parity_ok` alone says it)."""
+        return self.outcome == "parity-broken" or (not self.outcome and not self.accepted and not self.parity_ok)
+
+    @property
+    def status(self) -> str:
+        """What a reader sees: an iteration that failed, was denied or gave up before parity ran says that,
+        not "parity failed"."""
+        if self.accepted:
+            return "accepted"
+        return "parity failed" if self.parity_broken else self.outcome or "rejected"
+
 
 @dataclass(frozen=True)
 class CampaignFacts:

@@ -77,7 +77,7 @@ def iterations_plot(iterations: Sequence[IterationFacts]) -> Figure:
         r = it.overall or it.screen
         if r is None:
             continue
-        color = GREEN if it.accepted else RED if not it.parity_ok else GREY
+        color = GREEN if it.accepted else RED if it.parity_broken else GREY
         ax.errorbar(it.iteration, r.ratio, yerr=[[r.ratio - r.low], [r.high - r.ratio]], fmt="o", color=color,
                     capsize=3, ms=4)
     ax.axhline(1.0, color="#444", lw=0.8)

@@ -94,9 +94,9 @@ def _environment(facts: CampaignFacts) -> list[list[str]]:
 
 
 def _iteration_html(it: IterationFacts) -> str:
-    status = "accepted" if it.accepted else ("parity failed" if not it.parity_ok else (it.outcome or "rejected"))
+    status = it.status
     ratio = str(it.overall) if it.overall else "–"
-    css = "ok" if it.accepted else "bad" if not it.parity_ok else "muted"
+    css = "ok" if it.accepted else "bad" if it.parity_broken or it.outcome in ("failed", "tampered") else "muted"
     parts = [f"<h3>Iteration {it.iteration}: <span class='{css}'>"
              f"{escape(status)}</span> — {escape(ratio)}</h3>",
              f"<p><b>Hypothesis:</b> {escape(it.hypothesis or '–')}</p>",
@@ -178,7 +178,7 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
     lines += [f"## Iterations ({len(facts.iterations)})", "",
               "| iteration | verdict | speedup [interval] | parity | reason |", "|---|---|---|---|---|"]
     for it in facts.iterations:
-        status = "accepted" if it.accepted else "parity failed" if not it.parity_ok else it.outcome or "rejected"
+        status = it.status
         lines.append(f"| {it.iteration} | {status} | {it.overall or '–'} | {_md(it.parity)} | {_md(it.reason)} |")
     for it in facts.iterations:
         lines += ["", f"### Iteration {it.iteration}", "", f"Hypothesis: {_md(it.hypothesis) or '–'}", "",

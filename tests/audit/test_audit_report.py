@@ -144,3 +144,24 @@ def test_divergences_are_named_with_position_and_margin(tmp_path: Path) -> None:
     assert "| in512/out32 repeat 1 request 26 | 21 | 67 → 60 | 11.18 |" in summary
     page = html.read_text()
     assert "Divergences (2)" in page and "<td>held-007</td><td class=n>12</td>" in page
+
+
+def test_an_iteration_that_failed_before_parity_ran_is_not_reported_as_a_parity_failure(tmp_path: Path) -> None:
+    """A server that lost its port (or crashed, or a denied patch) never reached parity: the page and the
+    summary name its outcome; only a parity-broken iteration is a parity failure (old logs: parity_ok)."""
+    from audit import AuditWriter
+    from audit.facts import IterationFacts
+
+    with AuditWriter.open(tmp_path / "log", campaign="c", anchor_dir=tmp_path / "anchors") as writer:
+        for i, outcome in enumerate(("failed", "parity-broken", "denied"), 1):
+            writer.append("iteration.result", iteration=i, payload={
+                "accepted": False, "parity_ok": False, "outcome": outcome, "reason": f"reason {i}"})
+        writer.checkpoint()
+    html, md = write_report(tmp_path / "log")
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")
+            or line.startswith("| 3 |")]
+    assert [row.split(" | ")[1] for row in rows] == ["failed", "parity failed", "denied"]
+    page = html.read_text()
+    assert "Iteration 1: <span class='bad'>failed" in page and "Iteration 3: <span class='muted'>denied" in page
+    assert "Iteration 2: <span class='bad'>parity failed" in page
+    assert IterationFacts(iteration=1, accepted=False, parity_ok=False).status == "parity failed"   # an old log
