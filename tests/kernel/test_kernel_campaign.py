@@ -140,4 +140,5 @@ def test_an_llm_agent_checks_a_broken_kernel_reads_its_error_fixes_it_and_the_fi
     first, second = [payload_of(log_dir, r)["text"] for r in records if r["kind"] == "agent.check_kernel"]
     assert "correctness: not run: the patched kernel did not load" in first and "line " in first
     assert "correctness: ok on every shape" in second
+    print(f"check_kernel of the broken patch:\n{first}\n\ncheck_kernel of the fix:\n{second}")
     assert "REPEATS = 1" in (Path(summary["workspace"]) / "torchattn" / "attention.py").read_text()
