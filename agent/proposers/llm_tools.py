@@ -325,14 +325,16 @@ class ToolBox:
 
 
 _TAGGED = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
+_FENCED = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
 
 
 def calls_in_text(text: str) -> list[tuple[str, str]]:
     """(name, JSON arguments) of tool calls a server left in the reply text: hermes-style
-    `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` tags, or the whole reply (optionally in a
-    ``` fence) being one such object. Only names of our tools count; anything else is plain text."""
+    `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` tags, ``` fences holding one such object each
+    (Qwen2.5-Coder writes one, then sometimes trailing text), or the whole reply being one. Only names of our
+    tools count; anything else is plain text."""
     stripped = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
-    candidates = _TAGGED.findall(text) or ([stripped] if stripped.startswith("{") else [])
+    candidates = _TAGGED.findall(text) or _FENCED.findall(text) or ([stripped] if stripped.startswith("{") else [])
     calls = []
     for candidate in candidates:
         try:

@@ -267,6 +267,16 @@ def test_tool_calls_left_in_the_reply_text_are_taken_as_calls() -> None:
     assert server.tool_results(1) == ["vllm/model_executor/\nvllm/secret/"]
 
 
+def test_a_fenced_call_followed_by_more_text_is_still_a_call() -> None:
+    """What Qwen2.5-Coder-1.5B wrote on the real workspace: a fenced call, then a half-written second one."""
+    from agent.proposers.llm_tools import calls_in_text
+
+    text = ('```json\n{\n  "name": "read_file",\n  "arguments": {"path": "vllm/a.py", "start_line": 361}\n}\n```'
+            '\n\n\n{"name": "read_file", "arguments": "{\\"path')
+    assert calls_in_text(text) == [("read_file", '{"path": "vllm/a.py", "start_line": 361}')]
+    assert calls_in_text("```python\nprint(1)\n```") == []                   # code is not a call
+
+
 def test_tool_calls_without_ids_still_get_answered() -> None:
     script: list[Entry] = [
         reply(call("view_metrics", id="")),
