@@ -27,7 +27,7 @@ from agent.errors import BudgetExhausted, ProposerError
 from agent.proposers.llm_config import LLMConfig
 from agent.proposers.llm_context import compact, conversation_chars
 from agent.proposers.llm_prompt import NUDGE, render_state, system_prompt
-from agent.proposers.llm_tools import ToolBox, calls_in_text, tool_schemas
+from agent.proposers.llm_tools import ToolBox, calls_in_text, tool_names, tool_schemas
 
 __all__ = ["LLMProposer", "LLMConfig"]
 
@@ -113,7 +113,8 @@ class LLMProposer:
                         GiveUp(f"no tool call in {idle} replies (last: {reply['content'][:200]!r})"),
                         turn,
                     )
-                messages.append({"role": "user", "content": NUDGE})
+                messages.append({"role": "user", "content": _nudge(reply["content"], _finish_reason(response),
+                                                                   cfg.max_tokens)})
                 continue
             as_user: list[str] = []
             for call in calls:
@@ -259,6 +260,18 @@ def _usage(response: Any, messages: list[dict[str, Any]], reply: dict[str, Any])
         "total_tokens": prompt + completion,
         "estimated": True,
     }
+
+
+def _nudge(content: str, finish_reason: str, max_tokens: int | None) -> str:
+    """What to say to a reply without a usable call: a call that does not parse gets told why (small models
+    write patches as Python triple-quoted strings, or run past max_tokens repeating themselves)."""
+    named = [name for name in tool_names() if f'"{name}"' in content]
+    if not named:
+        return NUDGE
+    cut = f" and was cut off at max_tokens={max_tokens} before it closed" if finish_reason == "length" else ""
+    return (f"Your reply looks like a call to {named[0]} but it is not a valid JSON tool call{cut}. Send one call "
+            "per reply as JSON: every string in double quotes with newlines written as \\n (no triple quotes), "
+            "and keep a patch short: only the lines that change, with three lines of context.")
 
 
 def _finish_reason(response: Any) -> str:

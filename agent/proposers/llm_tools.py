@@ -30,7 +30,7 @@ from agent.proposers.llm_config import LLMConfig
 from agent.proposers.llm_prompt import render_metrics, render_serving
 from sandbox.errors import SandboxError
 
-__all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome", "calls_in_text", "tool_schemas"]
+__all__ = ["TOOL_SCHEMAS", "ToolBox", "ToolOutcome", "calls_in_text", "tool_names", "tool_schemas"]
 
 # Failures a Tools call may raise that the model should hear about (anything else is a bug: it propagates).
 _TOOL_ERRORS = (AgentError, SandboxError, OSError, ValueError, LookupError, subprocess.SubprocessError)
@@ -157,6 +157,10 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
 ]
 # Each target's own inner-loop tool: serving campaigns try patches on servers, kernel campaigns check kernels.
 _NOT_FOR = {"serving": {"check_kernel"}, "kernel": {"try_patch"}}
+
+
+def tool_names() -> list[str]:
+    return list(_DESCRIPTIONS)
 
 
 def tool_schemas(target: str) -> list[dict[str, Any]]:

@@ -277,6 +277,18 @@ def test_a_fenced_call_followed_by_more_text_is_still_a_call() -> None:
     assert calls_in_text("```python\nprint(1)\n```") == []                   # code is not a call
 
 
+def test_a_call_that_does_not_parse_is_answered_with_why() -> None:
+    """Qwen2.5-Coder-1.5B on the real workspace: a try_patch whose patch is a Python triple-quoted string, cut
+    at max_tokens. The model hears what was wrong with it, not the generic nudge."""
+    broken = '```json\n{"name": "try_patch", "arguments": {"patch": """\ndiff --git a/x b/x\n'
+    script: list[Entry] = [Reply(content=broken), reply(call("give_up", reason="r"))]
+    with ScriptedOpenAIServer(script) as server:
+        propose(server)
+        nudge = server.requests[1]["messages"][-1]["content"]
+    assert nudge.startswith("Your reply looks like a call to try_patch but it is not a valid JSON tool call")
+    assert "no triple quotes" in nudge
+
+
 def test_tool_calls_without_ids_still_get_answered() -> None:
     script: list[Entry] = [
         reply(call("view_metrics", id="")),
