@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
 from agent.errors import ActionDenied
 from agent.gatekeeper import Gatekeeper
 from sandbox.errors import PatchRejected
 from sandbox.patches import check_patch_paths
 
-__all__ = ["GatedTools", "TrialRunner", "to_unified_diff"]
+__all__ = ["GatedTools", "TrialRunner", "changes_nothing", "to_unified_diff"]
 
 _MAX_READ_BYTES = 400_000
 _MAX_RESULTS = 200
@@ -39,6 +42,24 @@ class TrialRunner(Protocol):
 
     def check_cells(self, cells: list[str] | None) -> None: ...   # ValueError naming the valid names
     def run(self, diff: str, cells: list[str] | None) -> str: ...  # the text the agent reads
+
+
+def changes_nothing(diff: str) -> bool:
+    """Whether every hunk of a (parseable, checked) diff leaves its lines as they were, and it adds, removes or
+    renames no file. Small models propose such diffs (Qwen2.5-Coder-1.5B did, on the real workspace)."""
+    try:
+        patch = PatchSet(diff)
+    except UnidiffParseError:
+        return False                      # the gate has its own verdict on malformed diffs
+    if not patch:
+        return False
+    for changed in patch:
+        if changed.is_added_file or changed.is_removed_file or changed.is_rename:
+            return False
+        for hunk in changed:
+            if [line.value for line in hunk.source_lines()] != [line.value for line in hunk.target_lines()]:
+                return False
+    return True
 
 
 @dataclass
@@ -103,6 +124,9 @@ class GatedTools:
                               input=diff.encode(), capture_output=True, timeout=60)
         if proc.returncode != 0:
             raise PatchRejected(f"git apply --check failed: {proc.stderr.decode(errors='replace').strip()}")
+        if changes_nothing(diff):   # an A/B of the incumbent against itself is minutes spent on nothing
+            raise PatchRejected("the patch changes nothing: each hunk's - and + lines are identical; change the "
+                                "lines that should differ")
         return diff
 
     def try_patch(self, patch: str, patch_format: str = "diff", cells: list[str] | None = None) -> str:

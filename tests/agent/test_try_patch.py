@@ -224,3 +224,16 @@ def test_a_failure_excerpt_runs_from_the_first_traceback_and_keeps_head_and_tail
     assert "characters cut" in text and len(text) < 1100
     log.write_text("line\n" * 40)
     assert failure_excerpt(log) == "\n".join(["line"] * 25)           # no traceback: the log's tail
+
+
+def test_a_patch_that_changes_nothing_is_rejected_before_any_trial(room: Any) -> None:
+    """Qwen2.5-Coder-1.5B's try_patch on the real workspace: a diff whose - and + lines are the same."""
+    from sandbox.errors import PatchRejected
+
+    spec, ws, gate, trials, log = room
+    no_op = SERVING.replace("+max_num_seqs: 4", "+max_num_seqs: 1")
+    tools = GatedTools(gate=gate, root=ws.root, iteration=4, trial=trials.for_iteration(4, ws.head()))
+    with pytest.raises(PatchRejected, match="the patch changes nothing"):
+        tools.try_patch(no_op)
+    assert gate.spent.get("trials", 0) == 0
+    assert tools.check_patch(SERVING) == SERVING                       # a real change still passes
