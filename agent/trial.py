@@ -127,7 +127,7 @@ class Trials:
         except (HarnessError, SandboxError, PatchRejected, OSError) as exc:
             report = TrialReport(parity="not known: the trial did not get that far",
                                  hint="none: the trial failed before it measured anything",
-                                 failure=f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}",
+                                 failure=f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:500]}",
                                  server_log=self._crash_log(work), seconds=time.monotonic() - t0, cells=labels)
         finally:
             for tree in trees:
