@@ -135,6 +135,10 @@ class LLMProposer:
                     )
                 if outcome.final is not None:
                     return self._end(tools, box, outcome.final, turn)
+                if box.refused_repeats >= cfg.max_repeated_calls:
+                    return self._end(tools, box, GiveUp(
+                        f"{box.refused_repeats} identical calls answered REPEATED (the last: "
+                        f"{call['function']['name']}); the model did not move on"), turn)
             if as_user:
                 messages.append({"role": "user", "content": "\n\n".join(as_user)})
         return self._end(

@@ -40,6 +40,12 @@ class LLMConfig(BaseModel):
         "proposal; each but the last is answered with a nudge, the last "
         "ends the proposal with GiveUp.",
     )
+    max_repeated_calls: int = Field(
+        default=4,
+        ge=1,
+        description="Identical calls answered 'REPEATED' per proposal before it ends in GiveUp (a model that "
+        "ignores the answer would spend every remaining turn on the same call).",
+    )
     temperature: float = Field(default=0.2, ge=0.0, le=2.0, description="Sampling temperature.")
     max_tokens: int | None = Field(
         default=4096, ge=1, description="Completion tokens per reply (None: server default)."

@@ -185,6 +185,7 @@ class ToolBox:
     attempts: list[dict[str, object]] = field(default_factory=list)  # every propose_patch and its outcome
     seen: dict[str, int] = field(default_factory=dict)  # calls so far, by tool name and canonical arguments
     trial_results: dict[str, str] = field(default_factory=dict)  # try_patch results, by canonical arguments
+    refused_repeats: int = 0  # REPEATED answers so far (the proposer ends the iteration past its limit)
 
     def dispatch(self, name: str, raw_arguments: str | None) -> ToolOutcome:
         name = (name or "").strip().removeprefix("functions.")
@@ -205,6 +206,7 @@ class ToolBox:
             return ToolOutcome("REPEATED: you tried exactly this patch already (no new trial was run); its result "
                                f"was:\n{self.trial_results[key]}", ok=False)
         if self.seen[key] >= 3 and name not in ("submit", "give_up"):
+            self.refused_repeats += 1
             return ToolOutcome(f"REPEATED: this is call {self.seen[key]} of {name} with the same arguments; its "
                                "result has not changed. Do something else: read another part of the code, try or "
                                "propose a patch, or give_up(reason).", ok=False)

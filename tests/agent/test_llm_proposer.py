@@ -289,6 +289,16 @@ def test_a_call_that_does_not_parse_is_answered_with_why() -> None:
     assert "no triple quotes" in nudge
 
 
+def test_a_model_that_ignores_repeated_answers_ends_its_iteration() -> None:
+    """Qwen2.5-Coder-1.5B read a file that does not exist 12 times in a row, each answered REPEATED."""
+    script: list[Entry] = [reply(call("read_file", path="vllm/nope.py")) for _ in range(10)]
+    with ScriptedOpenAIServer(script) as server:
+        result = propose(server, max_repeated_calls=2)
+        asked = len(server.requests)
+    assert isinstance(result, GiveUp) and result.reason.startswith("2 identical calls answered REPEATED")
+    assert asked == 4          # two answered, two refused, then the end (not the other six turns)
+
+
 def test_tool_calls_without_ids_still_get_answered() -> None:
     script: list[Entry] = [
         reply(call("view_metrics", id="")),
