@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = ["Proposal", "GiveUp", "HistoryEntry", "CampaignState", "Tools", "Proposer", "Outcome", "cell_lines",
-           "MAX_HISTORY_DETAIL", "MAX_HISTORY_PATCH"]
+           "MAX_HISTORY_DETAIL", "MAX_HISTORY_PATCH", "SHOWN_BUDGETS"]
+
+# The budgets a proposer is shown and plans with (CampaignState.budget_left), in serving and kernel campaigns.
+SHOWN_BUDGETS = ("llm_tokens", "llm_usd", "wall_seconds", "trials")
 
 # What a history entry keeps (the prompt shows less; these bound memory and the log-rebuilt history alike).
 MAX_HISTORY_DETAIL = 16_000

@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.base import MAX_HISTORY_DETAIL, CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, Proposer
+from agent.base import (
+    MAX_HISTORY_DETAIL,
+    SHOWN_BUDGETS,
+    CampaignState,
+    GiveUp,
+    HistoryEntry,
+    Outcome,
+    Proposal,
+    Proposer,
+)
 from agent.environment import describe_environment
 from agent.errors import ActionDenied, BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
@@ -152,8 +161,7 @@ class KernelCampaign:
         return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref, serving_config=dict(incumbent),
                              incumbent_metrics=tuple(self.baseline_rows), baseline_metrics=tuple(self.baseline_rows),
                              history=tuple(self.history), baseline_serving_config=dict(self.baseline_tunables),
-                             budget_left={r: self.gate.left(r) for r in ("llm_tokens", "llm_usd", "wall_seconds",
-                                                                         "trials")},
+                             budget_left={r: self.gate.left(r) for r in SHOWN_BUDGETS},
                              allowed_paths=(self.kernel_file,), target="kernel",
                              environment={"kernel file": self.kernel_file, "entry": self.spec.target.entry,
                                           "device": self.spec.device, "dtype": self.spec.dtype,

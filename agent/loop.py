@@ -26,6 +26,7 @@ from typing import Any
 from agent.base import (
     MAX_HISTORY_DETAIL,
     MAX_HISTORY_PATCH,
+    SHOWN_BUDGETS,
     CampaignState,
     GiveUp,
     HistoryEntry,
@@ -39,7 +40,7 @@ from agent.errors import ActionDenied, BudgetExhausted
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
-from agent.server_gate import gate_server
+from agent.server_gate import gate_servers
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
@@ -80,8 +81,6 @@ class Confirmation:
     reason: str
 
 
-# The budgets a proposer is shown (and plans with).
-_SHOWN_BUDGETS = ("llm_tokens", "llm_usd", "wall_seconds", "trials")
 # Added to the benchmark seed for a confirmation: its random prompts are not the screen's.
 CONFIRM_SEED_OFFSET = 1_000_003
 PORT_ATTEMPTS = 3          # evaluations whose port another campaign took first
@@ -260,7 +259,7 @@ class Campaign:
                              history=tuple(self.history) + tuple(pending or ()), profile=self.profile,
                              baseline_serving_config=dict(self.spec.server.engine_args),
                              effective_serving_config=dict(self.effective_serving),
-                             budget_left={r: self.gate.left(r) for r in _SHOWN_BUDGETS},
+                             budget_left={r: self.gate.left(r) for r in SHOWN_BUDGETS},
                              allowed_paths=allowed_write_globs(self.gate.policy),
                              environment=self._context())
 
@@ -315,10 +314,8 @@ class Campaign:
                 # accuracy or the other build's resources: what is measured would change, not how fast
                 raise PatchRejected(f"serving.yaml: {', '.join(owned)} is fixed by the spec; a candidate may not "
                                     "change it (the spec may allow it in server.candidate_may_change)")
-            ports: dict[str, int] = {}
-            for build in (a, b):
-                ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, i,
-                                               exclude=(*reserved, *ports.values()))
+            ports = gate_servers(self.gate, self.spec, ((a.tag, a.engine_args), (b.tag, b.engine_args)), i,
+                                 exclude=reserved)
         except BaseException:
             for tree in (tree_a, tree_b):
                 ws.remove_copy(tree)
@@ -336,11 +333,7 @@ class Campaign:
                     self.workspace.remove_copy(tree)
 
     def _gate_ports(self, job: EvalJob) -> dict[str, int]:
-        ports: dict[str, int] = {}
-        for build in (job.a, job.b):
-            ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, job.iteration,
-                                           exclude=tuple(ports.values()))
-        return ports
+        return gate_servers(self.gate, self.spec, ((b.tag, b.engine_args) for b in (job.a, job.b)), job.iteration)
 
     def _evaluate(self, jobs: list[EvalJob]) -> list[EvalOutcome]:
         """Run evaluations. Another campaign on this host can take a port between its pick and its lease (the

@@ -10,7 +10,7 @@ from agent.spec import CampaignSpec
 from harness.engine_args import engine_argv
 from harness.server import port_is_free, port_is_leased
 
-__all__ = ["gate_server", "pick_port", "SERVER_PORTS"]
+__all__ = ["gate_server", "gate_servers", "pick_port", "SERVER_PORTS"]
 
 # The ports the default policy lets servers listen on; each start takes a free one.
 SERVER_PORTS = tuple(range(8000, 8016))
@@ -34,3 +34,13 @@ def gate_server(gate: Gatekeeper, spec: CampaignSpec, engine_args: dict[str, obj
     gate.require({"kind": "start_server", "argv": argv, "env": dict(spec.server.env), "host": "127.0.0.1",
                   "port": port}, iteration=iteration)
     return port
+
+
+def gate_servers(gate: Gatekeeper, spec: CampaignSpec, builds: Iterable[tuple[str, dict[str, object]]],
+                 iteration: int, *, exclude: Iterable[int] = ()) -> dict[str, int]:
+    """Gate the servers of one A/B (tag, engine args), each on its own port, none of them in `exclude`."""
+    taken = tuple(exclude)
+    ports: dict[str, int] = {}
+    for tag, engine_args in builds:
+        ports[tag] = gate_server(gate, spec, engine_args, iteration, exclude=(*taken, *ports.values()))
+    return ports

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.gatekeeper import Gatekeeper
-from agent.server_gate import gate_server
+from agent.server_gate import gate_servers
 from agent.spec import CampaignSpec
 from audit import AuditWriter
 from harness.config import Cell
@@ -113,10 +113,8 @@ class Trials:
             b = Build(tag="B", tree=tree_b, engine_args=candidate.serving_config(), ref="trial",
                       cache_key=candidate.content_hash())
             for attempt in range(1, PORT_ATTEMPTS + 1):
-                ports: dict[str, int] = {}
-                for build in (a, b):
-                    ports[build.tag] = gate_server(self.gate, self.spec, build.engine_args, iteration,
-                                                   exclude=tuple(ports.values()))
+                ports = gate_servers(self.gate, self.spec, ((a.tag, a.engine_args), (b.tag, b.engine_args)),
+                                     iteration)
                 try:
                     result = self._measure(a, b, cells, ports, work if attempt == 1 else work / f"ports{attempt}")
                     break
