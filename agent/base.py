@@ -114,5 +114,8 @@ class Tools(Protocol):
 
 class Proposer(Protocol):
     name: str
+    # Whether its proposals read `CampaignState.profile`: a profile costs a server start and a profiled run
+    # (about two minutes on CPU), so a campaign takes one only for a proposer that reads it.
+    reads_profile: bool
 
     def propose(self, state: CampaignState, tools: Tools, *, rng: random.Random) -> Proposal | GiveUp: ...

@@ -214,7 +214,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                         log_dir=log_dir, on_event=on_event)
             profile = profile_incumbent(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                        log_dir=log_dir, iteration=0, on_event=on_event)
+                                        log_dir=log_dir, iteration=0, on_event=on_event,
+                                        reads_profile=proposer.reads_profile)
         except BaseException:
             executor.close()
             raise

@@ -27,9 +27,12 @@ def profiled_cell(spec: CampaignSpec) -> Cell:
 
 
 def profile_incumbent(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
-                      log_dir: Path, iteration: int, on_event: Callable[[str, dict[str, Any]], None]) -> str | None:
-    """Profile the workspace's head; recorded as `baseline.profile` (iteration 0) or `incumbent.profile`."""
-    if not spec.profile_baseline:
+                      log_dir: Path, iteration: int, on_event: Callable[[str, dict[str, Any]], None],
+                      reads_profile: bool) -> str | None:
+    """Profile the workspace's head; recorded as `baseline.profile` (iteration 0) or `incumbent.profile`.
+    Taken when the spec says so, else when the proposer reads profiles (`reads_profile`)."""
+    wanted = spec.profile_baseline if spec.profile_baseline is not None else reads_profile
+    if not wanted:
         return None
     what = "baseline" if iteration == 0 else "incumbent"
     on_event("phase", {"phase": f"{what}: profile at the grid's shapes"})

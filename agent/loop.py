@@ -423,7 +423,8 @@ class Campaign:
         if accepted_now:   # recorded after its result: the new incumbent's hot spots, for the next proposals
             self.profile = profile_incumbent(spec=self.spec, writer=self.writer, gate=self.gate, ws=self.workspace,
                                              backend=self.backend, log_dir=self.log_dir, iteration=accepted_now[0],
-                                             on_event=self.on_event) or self.profile
+                                             on_event=self.on_event,
+                                             reads_profile=self.proposer.reads_profile) or self.profile
         return outcomes
 
     @property

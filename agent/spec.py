@@ -148,7 +148,9 @@ class CampaignSpec(BaseModel):
     budget: BudgetConfig = BudgetConfig()
     executor: ExecutorConfig = ExecutorConfig()
     final_comparison: bool = Field(default=True, description="measure best vs baseline once more at the end")
-    profile_baseline: bool = Field(default=True, description="profile the baseline's largest cell for the proposer")
+    profile_baseline: bool | None = Field(
+        default=None, description="profile the incumbent (the baseline, then each accepted change) at the grid's "
+        "largest cell for the proposer; default: when the proposer reads profiles (llm)")
 
     @model_validator(mode="after")
     def _parity_needs_real_weights(self) -> CampaignSpec:

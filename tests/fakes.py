@@ -403,6 +403,7 @@ class FakeProposer:
     After the script: `when_done` (default GiveUp). Records every state it was shown in `seen`."""
 
     name = "fake"
+    reads_profile = False
 
     def __init__(self, script: Iterable[ProposerStep] = (), *, when_done: Proposal | GiveUp = _SCRIPT_DONE) -> None:
         self._script: Iterator[ProposerStep] = iter(list(script))

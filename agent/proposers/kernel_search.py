@@ -63,6 +63,7 @@ def _why(name: str) -> tuple[str, float]:
 
 class KernelSearchProposer:
     name = "kernel-search"
+    reads_profile = False
 
     def __init__(self, config: SearchConfig, *, kernel_file: str) -> None:
         self.config = config

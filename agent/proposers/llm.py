@@ -43,6 +43,7 @@ _NOTE_CHARS = 4_000
 
 class LLMProposer:
     name = "llm"
+    reads_profile = True
 
     def __init__(
         self, config: LLMConfig, *, client: OpenAI | None = None, sleep: Callable[[float], None] = time.sleep

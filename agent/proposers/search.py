@@ -55,6 +55,7 @@ def _key(point: Mapping[str, object]) -> str:
 
 class SearchProposer:
     name = "search"
+    reads_profile = False
 
     def __init__(self, config: SearchConfig) -> None:
         self.config = config

@@ -335,8 +335,15 @@ def test_a_screen_whose_port_was_taken_by_another_campaign_runs_again_on_new_por
     assert "leased by another" in retry["error"] and sorted(retry["ports"].values()) == sorted(again.ports.values())
 
 
+@pytest.mark.parametrize(("profile_baseline", "reads_profile", "profiled_once"), [
+    (None, True, True),       # the default: profiled for a proposer that reads profiles (llm) ...
+    (None, False, False),     # ... and not for one that does not (search): it costs a server start
+    (True, False, True),      # the spec's word wins either way
+    (False, True, False),
+])
 def test_an_accepted_patch_has_the_new_incumbent_profiled_and_the_next_proposal_sees_it(
-        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        profile_baseline: bool | None, reads_profile: bool, profiled_once: bool) -> None:
     from harness.config import Cell
     from harness.profiling import OpTime, Profile
 
@@ -351,9 +358,14 @@ def test_an_accepted_patch_has_the_new_incumbent_profiled_and_the_next_proposal_
     monkeypatch.setattr("agent.incumbent_profile.profile_cell", profile_cell)
     camp = campaign(FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 3), 8: SpeedupCI(1.1, 1.05, 1.2, 3),
                                   16: SpeedupCI(1.0, 0.9, 1.1, 3), 32: SpeedupCI(1.0, 0.9, 1.1, 3)}))
-    camp.spec = camp.spec.model_copy(update={"profile_baseline": True})
+    camp.spec = camp.spec.model_copy(update={"profile_baseline": profile_baseline})
+    monkeypatch.setattr(camp.proposer, "reads_profile", reads_profile)
     camp.profile = "baseline ops"
     camp.run()
+    if not profiled_once:
+        assert profiled == [] and camp.profile == "baseline ops"
+        assert "incumbent.profile" not in {r["kind"] for r in read_records(tmp_path / "log")}
+        return
     # one profile, of the round's winner, at the grid's cell; recorded after that iteration's result
     assert profiled == [{"serving": {"max_num_seqs": 4}, "cell": "in8/out4"}]
     records = read_records(tmp_path / "log")
