@@ -214,6 +214,10 @@ def read_spec_file(path: Path) -> dict[str, object]:
 def load_spec(path: Path) -> CampaignSpec:
     path = Path(path)
     data = read_spec_file(path)
+    target = data.get("target")
+    if isinstance(target, dict) and target.get("kind") == "kernel":   # else: a list of unknown keys, no way out
+        raise SpecError(f"{path}: a kernel spec (target.kind: kernel): this command measures serving specs; "
+                        "run it with `ratchet kernel SPEC` (or `ratchet run SPEC`)")
     _resolve_paths(data, path.resolve().parent)
     try:
         return CampaignSpec.model_validate(data)

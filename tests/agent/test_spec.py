@@ -124,3 +124,8 @@ def test_llm_settings_are_checked_when_the_spec_loads(tmp_path: Path, llm: str, 
 def test_llm_settings_may_leave_the_model_to_the_command_line(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(MINIMAL + "proposer: {kind: llm, llm: {max_turns: 3, base_url: http://127.0.0.1:9/v1}}\n")
     assert load_spec(tmp_path / "s.yaml").proposer.llm.model is None
+
+
+def test_a_kernel_spec_given_to_a_serving_command_names_the_command_that_takes_it() -> None:
+    with pytest.raises(SpecError, match=r"a kernel spec .*ratchet kernel SPEC"):
+        load_spec(ROOT / "experiments" / "gemma4-attention-kernel-cpu.yaml")
