@@ -21,11 +21,12 @@ from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
 from agent.journal import read_journal
 from agent.loop import Campaign, Event
+from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_server
 from agent.spec import CampaignSpec, SpecError
 from audit import AuditWriter, write_report
 from harness.integrity import digest_roots, measurement_roots
-from harness.measure import ABResult, Build, ab_compare, measure_grid
+from harness.measure import ABResult, Build
 from harness.parity import load_prompts, load_reference, save_reference
 from harness.stats import check_repeats
 from policies import load_policy
@@ -104,14 +105,14 @@ def _limits(spec: CampaignSpec) -> dict[str, float]:
     return limits
 
 
-def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper,
-              ws: Workspace, backend: Backend, log_dir: Path, on_event: Event) -> tuple[list[Any], list[Any]]:
+def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
+              log_dir: Path, on_event: Event, measure: Measurements) -> tuple[list[Any], list[Any]]:
     on_event("phase", {"phase": "baseline: parity reference + grid"})
     port = gate_server(gate, spec, ws.serving_config(), 0)
     server = spec.server.model_copy(update={"port": port})
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head(),
                   cache_key=ws.content_hash())
-    grid = measure_grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
+    grid = measure.grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
                         cache_dir=log_dir / "cache", parity=spec.parity,
                         progress=lambda m: on_event("progress", {"message": m}))
     save_reference(log_dir / REFERENCE_FILE, grid.generations, prompts_path=spec.parity.prompts,
@@ -186,7 +187,9 @@ def with_resolved_sandbox(spec: CampaignSpec, proposer_name: str) -> CampaignSpe
 
 
 def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, backend: Backend, log_root: Path,
-                   workspace_root: Path, on_event: Event = lambda k, d: None) -> CampaignEnd:
+                   workspace_root: Path, on_event: Event = lambda k, d: None,
+                   measure: Measurements = HARNESS) -> CampaignEnd:
+    """A new campaign, to its end. `measure`: the seam every measurement goes through (a fake in unit tests)."""
     check_runnable(spec)
     spec = with_resolved_sandbox(spec, proposer.name)
     preflight(spec.executor)
@@ -209,20 +212,20 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
             "environment": describe_environment(), "isolation": isolation_label(spec.sandbox),
             "measurement_sha256": measurement.sha256})
-        executor = _executor(spec, writer)   # before the baseline: a cluster that is not there fails fast
+        executor = _executor(spec, writer, measure)   # before the baseline: a cluster that is not there fails fast
         try:
             reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                        log_dir=log_dir, on_event=on_event)
+                                        log_dir=log_dir, on_event=on_event, measure=measure)
             profile = profile_incumbent(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                         log_dir=log_dir, iteration=0, on_event=on_event,
-                                        reads_profile=proposer.reads_profile)
+                                        reads_profile=proposer.reads_profile, measure=measure)
         except BaseException:
             executor.close()
             raise
         camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
-                        on_event=on_event, executor=executor, measurement=measurement)
+                        on_event=on_event, executor=executor, measurement=measurement, measure=measure)
         camp.resolve_defaults()
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
@@ -237,7 +240,8 @@ def reap_leftovers(log_dir: Path) -> tuple[list[int], int]:
 
 
 def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
-                    backend_for: Callable[[CampaignSpec], Backend], on_event: Event = lambda k, d: None) -> CampaignEnd:
+                    backend_for: Callable[[CampaignSpec], Backend], on_event: Event = lambda k, d: None,
+                    measure: Measurements = HARNESS) -> CampaignEnd:
     log_dir = log_dir.resolve()
     journal = read_journal(log_dir)
     if journal.ended:
@@ -265,11 +269,11 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                                                                         journal.open_iteration or 0) + 1})
         backend = backend_for(spec)
         proposer = proposer_for(spec, journal.proposer)
-        executor = _executor(spec, writer)
+        executor = _executor(spec, writer, measure)
         try:
             if journal.baseline is None:
                 reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                            log_dir=log_dir, on_event=on_event)
+                                            log_dir=log_dir, on_event=on_event, measure=measure)
             else:
                 if _sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
                     raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
@@ -284,7 +288,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
                         profile=journal.profile,
                         next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event,
-                        executor=executor, measurement=measurement)
+                        executor=executor, measurement=measurement, measure=measure)
         for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
             camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)
         if journal.open_iterations:
@@ -293,9 +297,9 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         return _run_to_end(camp, base_commit=journal.base_commit, branch=journal.branch)
 
 
-def _executor(spec: CampaignSpec, writer: AuditWriter) -> Executor:
+def _executor(spec: CampaignSpec, writer: AuditWriter, measure: Measurements) -> Executor:
     """The executor, with its cluster on record (a campaign's numbers depend on where they were measured)."""
-    executor = make_executor(spec.executor, gpus_per_eval=float(spec.sandbox.gpus))
+    executor = make_executor(spec.executor, gpus_per_eval=float(spec.sandbox.gpus), measure=measure)
     info: dict[str, Any] = {"kind": executor.name, "slots": executor.slots}
     if executor.name == "ray":
         import ray
@@ -356,7 +360,7 @@ def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None
         port_a = gate_server(camp.gate, camp.spec, a.engine_args, it)
         port_b = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
         bench = camp.spec.benchmark.model_copy(update={"repeats": camp.spec.benchmark.strong_repeats})
-        result = ab_compare(camp.backend, a, b, server=camp.spec.server, bench=bench,
+        result = camp.measure.ab(camp.backend, a, b, server=camp.spec.server, bench=bench,
                             stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,
                             ports={"A": port_a, "B": port_b}, measurement=camp.measurement,

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.errors import CampaignError
+from agent.measurements import HARNESS, Measurements
 from agent.spec import ExecutorConfig, SandboxConfig
 from harness.config import BenchmarkConfig, ParityConfig, ServerConfig, StatsConfig
 from harness.integrity import MeasurementDigest
-from harness.measure import ABResult, Build, ab_compare
+from harness.measure import ABResult, Build
 from harness.parity import Generation
 from sandbox.factory import backend_from_config
 from sandbox.reap import reap_under
@@ -90,8 +91,8 @@ def _placement(job: EvalJob, executor: str) -> dict[str, Any]:
     return where
 
 
-def evaluate(job: EvalJob, *, executor: str = "local", progress: Progress = lambda _: None
-             ) -> tuple[ABResult, dict[str, Any]]:
+def evaluate(job: EvalJob, *, executor: str = "local", progress: Progress = lambda _: None,
+             measure: Measurements = HARNESS) -> tuple[ABResult, dict[str, Any]]:
     """Run one evaluation on this host. Safe to call in a Ray worker: it rebuilds the backend here."""
     placement = _placement(job, executor)
     job.attempt_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,7 @@ def evaluate(job: EvalJob, *, executor: str = "local", progress: Progress = lamb
         placement["reaped_pids"] = reap_under(job.work_dir)
         placement["reaped_containers"] = reap_containers_under(job.work_dir)
     t0 = time.monotonic()
-    result = ab_compare(backend_from_config(job.sandbox), job.a, job.b, server=job.server, bench=job.bench,
+    result = measure.ab(backend_from_config(job.sandbox), job.a, job.b, server=job.server, bench=job.bench,
                         stats_cfg=job.stats, parity=job.parity, work_dir=job.attempt_dir,
                         cache_dir=job.cache_dir, reference=job.reference, stop_on_parity_failure=True,
                         ports=job.ports, progress=progress, b_first=job.purpose == "confirm",
@@ -130,14 +131,15 @@ class LocalExecutor:
     name = "local"
     slots = 1
 
-    def __init__(self, gpus_per_eval: float = 0.0) -> None:
+    def __init__(self, gpus_per_eval: float = 0.0, measure: Measurements = HARNESS) -> None:
         self.gpus_per_eval = gpus_per_eval
+        self.measure = measure
 
     def run(self, jobs: list[EvalJob], *, on_retry: OnRetry, progress: Progress) -> list[EvalOutcome]:
         outcomes = []
         for job in jobs:
             try:
-                result, placement = evaluate(job, progress=progress)
+                result, placement = evaluate(job, progress=progress, measure=self.measure)
                 outcomes.append(EvalOutcome(job.iteration, result=result, placement=placement))
             except Exception as exc:   # judged by the coordinator, like any other evaluation error
                 outcomes.append(EvalOutcome(job.iteration, error=exc, placement=_placement(job, "local")))
@@ -261,10 +263,11 @@ def preflight(config: ExecutorConfig) -> None:
                                 "start one with `ray start --head` or fix the address") from None
 
 
-def make_executor(config: ExecutorConfig, *, gpus_per_eval: float = 0.0) -> Executor:
-    """Callers run preflight(config) first, before they create anything a failure would leave behind."""
+def make_executor(config: ExecutorConfig, *, gpus_per_eval: float = 0.0, measure: Measurements = HARNESS) -> Executor:
+    """Callers run preflight(config) first, before they create anything a failure would leave behind. Ray
+    workers measure with the harness itself (`measure` is the local executor's, for the fake seam)."""
     if config.kind == "local":
-        return LocalExecutor(gpus_per_eval=gpus_per_eval)
+        return LocalExecutor(gpus_per_eval=gpus_per_eval, measure=measure)
     try:
         return RayExecutor(config)
     except (ConnectionError, RuntimeError, ValueError) as exc:

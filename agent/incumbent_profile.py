@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.gatekeeper import Gatekeeper
+from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_server
 from agent.spec import CampaignSpec
 from audit import AuditWriter
 from harness.config import Cell
 from harness.errors import HarnessError
-from harness.profiling import profile_cell, render_profiles
+from harness.profiling import render_profiles
 from sandbox.base import Backend
 from sandbox.workspace import Workspace
 
@@ -28,7 +29,7 @@ def profiled_cell(spec: CampaignSpec) -> Cell:
 
 def profile_incumbent(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
                       log_dir: Path, iteration: int, on_event: Callable[[str, dict[str, Any]], None],
-                      reads_profile: bool) -> str | None:
+                      reads_profile: bool, measure: Measurements = HARNESS) -> str | None:
     """Profile the workspace's head; recorded as `baseline.profile` (iteration 0) or `incumbent.profile`.
     Taken when the spec says so, else when the proposer reads profiles (`reads_profile`)."""
     wanted = spec.profile_baseline if spec.profile_baseline is not None else reads_profile
@@ -40,7 +41,7 @@ def profile_incumbent(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeep
     port = gate_server(gate, spec, ws.serving_config(), iteration)
     work = log_dir / "runs" / ("profile" if iteration == 0 else f"it{iteration:03d}" / Path("profile"))
     try:
-        profiles = profile_cell(backend, tree=ws.root, engine_args=ws.serving_config(),
+        profiles = measure.profile(backend, tree=ws.root, engine_args=ws.serving_config(),
                                 server=spec.server.model_copy(update={"port": port}), bench=spec.benchmark,
                                 cell=cell, work_dir=work, cache_dir=log_dir / "cache")
     except HarnessError as exc:   # a missing profile weakens the proposer's view; it does not stop the campaign

@@ -40,13 +40,13 @@ from agent.errors import ActionDenied, BudgetExhausted
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
+from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_servers
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
 from audit import AuditError, AuditWriter
 from harness.engine_args import spec_owned_changes
-from harness.engine_defaults import effective_engine_args
 from harness.errors import HarnessError, MeasurementTampered, PortInUse
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build
@@ -131,13 +131,15 @@ class Campaign:
     measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
     context: dict[str, str] = field(default_factory=dict)   # the proposer's environment block (proposer_context)
     trials: Trials | None = None                            # try_patch's runner, made on first use
+    measure: Measurements = HARNESS                         # every measurement (agent/measurements.py)
 
     def resolve_defaults(self) -> None:
         """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
         so that no proposer spends an A/B on a value already in force. Unknown: the proposer sees {}."""
         config = self.workspace.serving_config()
         try:
-            self.effective_serving = effective_engine_args(self.spec.server.model, config, env=self.spec.server.env)
+            self.effective_serving = self.measure.engine_defaults(self.spec.server.model, config,
+                                                                  env=self.spec.server.env)
         except HarnessError as exc:
             self.effective_serving = {}
             self.writer.append("error", payload={"phase": "engine defaults", "type": type(exc).__name__,
@@ -273,7 +275,7 @@ class Campaign:
             chars = self.spec.proposer.llm.model_dump().get("try_log_chars", FAILURE_EXCERPT_CHARS)
             self.trials = Trials(spec=self.spec, workspace=self.workspace, backend=self.backend, gate=self.gate,
                                  writer=self.writer, log_dir=self.log_dir, measurement=self.measurement,
-                                 log_chars=int(chars))
+                                 log_chars=int(chars), measure=self.measure)
         return self.trials.for_iteration(i, self.incumbent_ref)
 
     def _propose(self, i: int, pending: list[HistoryEntry]) -> Proposal | GiveUp:
@@ -424,7 +426,8 @@ class Campaign:
             self.profile = profile_incumbent(spec=self.spec, writer=self.writer, gate=self.gate, ws=self.workspace,
                                              backend=self.backend, log_dir=self.log_dir, iteration=accepted_now[0],
                                              on_event=self.on_event,
-                                             reads_profile=self.proposer.reads_profile) or self.profile
+                                             reads_profile=self.proposer.reads_profile,
+                                             measure=self.measure) or self.profile
         return outcomes
 
     @property

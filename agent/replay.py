@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.environment import describe_environment
+from agent.measurements import HARNESS, Measurements
 from agent.spec import CampaignSpec
 from audit import verify
 from audit.reader import payload_of, read_records
 from harness.config import BenchmarkConfig
-from harness.measure import Build, ab_compare
+from harness.measure import Build
 from harness.parity import load_reference
 from harness.stats import SpeedupCI, check_repeats
 from policies import load_policy, redecider
@@ -147,7 +148,7 @@ def speedup_holds(claim: Claim, overall: SpeedupCI, cells: dict[str, SpeedupCI],
 def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], work_dir: Path,
            pubkey: Path | None = None, cells: list[str] | None = None, repeats: int = 4,
            tolerance: float = 0.05, allow_env_drift: bool = False,
-           progress: Callable[[str], None] = lambda _: None) -> ReplayResult:
+           progress: Callable[[str], None] = lambda _: None, measure: Measurements = HARNESS) -> ReplayResult:
     check_repeats(repeats)   # ValueError: the CLI answers it as bad input
     log_dir = log_dir.resolve()
     result = ReplayResult(campaign=log_dir.name)
@@ -220,7 +221,7 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
                       cache_key=ws.tree_hash(commits[index]))
             b = Build(tag="B", tree=trees[1], engine_args=ws.serving_config(commits[index + 1]), ref=commits[index + 1],
                       cache_key=ws.tree_hash(commits[index + 1]))
-            ab = ab_compare(backend, a, b, server=spec.server, bench=bench, stats_cfg=spec.stats, parity=spec.parity,
+            ab = measure.ab(backend, a, b, server=spec.server, bench=bench, stats_cfg=spec.stats, parity=spec.parity,
                             work_dir=work_dir / f"it{claim.iteration}", cache_dir=work_dir / "cache",
                             reference=reference, stop_on_parity_failure=True, progress=progress)
         finally:

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.gatekeeper import Gatekeeper
+from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_servers
 from agent.spec import CampaignSpec
 from audit import AuditWriter
 from harness.config import Cell
 from harness.errors import HarnessError, PortInUse
 from harness.integrity import MeasurementDigest
-from harness.measure import ABResult, Build, ab_compare
+from harness.measure import ABResult, Build
 from harness.server import failure_excerpt
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
@@ -78,6 +79,7 @@ class Trials:
     writer: AuditWriter
     log_dir: Path
     measurement: MeasurementDigest | None = None
+    measure: Measurements = HARNESS
     log_chars: int = 8_000                     # of the server log's traceback a failed trial hands back
     count: int = field(default=0)
 
@@ -138,7 +140,7 @@ class Trials:
         visible = spec.parity.visible_prompts
         parity = spec.parity.model_copy(update={"prompts": visible}) if visible else None
         bench = spec.benchmark.model_copy(update={"repeats": TRIAL_REPEATS, "num_warmups": 1})
-        return ab_compare(self.backend, a, b, server=spec.server, bench=bench, stats_cfg=spec.stats, parity=parity,
+        return self.measure.ab(self.backend, a, b, server=spec.server, bench=bench, stats_cfg=spec.stats, parity=parity,
                           work_dir=work, cache_dir=self.log_dir / "cache", stop_on_parity_failure=True, ports=ports,
                           cells=cells, measurement=self.measurement)
 

@@ -14,6 +14,7 @@ from agent.errors import ActionDenied
 from agent.executor import EvalJob, EvalOutcome, WorkerLost
 from agent.gatekeeper import Gatekeeper
 from agent.loop import Campaign
+from agent.measurements import HARNESS
 from agent.proposers.search import SearchProposer
 from agent.spec import load_spec
 from audit import AuditWriter, verify
@@ -355,7 +356,7 @@ def test_an_accepted_patch_has_the_new_incumbent_profiled_and_the_next_proposal_
         op = OpTime(name=f"op-at-{engine_args['max_num_seqs']}", category="cpu_op", self_ms=1.0, calls=1, share=1.0)
         return [Profile(phase="end-to-end", cell=cell, ops=(op,), trace_files=())]
 
-    monkeypatch.setattr("agent.incumbent_profile.profile_cell", profile_cell)
+    monkeypatch.setattr(HARNESS, "profile", profile_cell)
     camp = campaign(FakeExecutor({4: SpeedupCI(1.5, 1.3, 1.7, 3), 8: SpeedupCI(1.1, 1.05, 1.2, 3),
                                   16: SpeedupCI(1.0, 0.9, 1.1, 3), 32: SpeedupCI(1.0, 0.9, 1.1, 3)}))
     camp.spec = camp.spec.model_copy(update={"profile_baseline": profile_baseline})

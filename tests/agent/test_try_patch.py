@@ -15,6 +15,7 @@ from agent.base import Proposal
 from agent.campaign import _limits
 from agent.errors import ActionDenied
 from agent.gatekeeper import Gatekeeper
+from agent.measurements import HARNESS
 from agent.proposers.llm import LLMConfig, LLMProposer
 from agent.spec import load_spec
 from agent.tools import GatedTools
@@ -167,7 +168,7 @@ def test_a_trial_is_gated_charged_measured_on_visible_prompts_and_recorded(room:
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     spec, ws, gate, trials, log = room
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr("agent.trial.ab_compare", _fake_ab(seen))
+    monkeypatch.setattr(HARNESS, "ab", _fake_ab(seen))
     tools = GatedTools(gate=gate, root=ws.root, iteration=1, trial=trials.for_iteration(1, ws.head()))
     text = tools.try_patch(SERVING, "diff", ["in16/out4"])
     assert "parity: parity ok" in text and "(visible prompts" in text
@@ -190,7 +191,7 @@ def test_a_trial_is_gated_charged_measured_on_visible_prompts_and_recorded(room:
 def test_a_crashing_trial_hands_back_the_traceback_and_unknown_cells_cost_nothing(
         room: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     spec, ws, gate, trials, log = room
-    monkeypatch.setattr("agent.trial.ab_compare", _fake_ab([], crash=True))
+    monkeypatch.setattr(HARNESS, "ab", _fake_ab([], crash=True))
     tools = GatedTools(gate=gate, root=ws.root, iteration=2, trial=trials.for_iteration(2, ws.head()))
     with pytest.raises(ValueError, match="the grid's cells are in8/out4, in16/out4, in8/out1, in16/out1"):
         tools.try_patch(SERVING, "diff", ["in99/out4"])

@@ -1,0 +1,61 @@
+"""The one seam through which a campaign measures anything: the baseline grid, every A/B (screens,
+confirmations, trials, the final comparison, replay), the incumbent's profile and vLLM's view of its engine
+args. The real implementation is the harness (`HARNESS`); the unit suite passes a fake
+(tests/fake_measurements.py), so a whole campaign, a resume and a replay run in seconds without vLLM.
+
+Only the campaign's drivers (agent/campaign.py, loop.py, executor.py, trial.py, incumbent_profile.py,
+replay.py) take measurements, and they take them through here: nothing else in agent/ calls the harness's
+measuring functions (tests/test_style.py checks it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.engine_defaults import effective_engine_args
+from harness.measure import ABResult, Build, GridResult, ab_compare, measure_grid
+from harness.profiling import Profile, profile_cell
+from sandbox.base import Backend
+
+__all__ = ["HARNESS", "HarnessMeasurements", "Measurements"]
+
+
+class Measurements(Protocol):
+    def grid(self, backend: Backend, build: Build, **kw: Any) -> GridResult:
+        """harness.measure.measure_grid: one build's grid, and its parity generations when asked for."""
+        ...
+
+    def ab(self, backend: Backend, a: Build, b: Build, **kw: Any) -> ABResult:
+        """harness.measure.ab_compare: parity first, then both builds interleaved."""
+        ...
+
+    def profile(self, backend: Backend, **kw: Any) -> list[Profile]:
+        """harness.profiling.profile_cell: top ops of one build at one cell."""
+        ...
+
+    def engine_defaults(self, model: Path, serving: Mapping[str, object], *, env: Mapping[str, str]
+                        ) -> dict[str, object]:
+        """harness.engine_defaults.effective_engine_args: the engine args vLLM resolves for a serving config."""
+        ...
+
+
+class HarnessMeasurements:
+    """The harness itself. Stateless, so a Ray worker imports the same object (`HARNESS`) by reference."""
+
+    def grid(self, backend: Backend, build: Build, **kw: Any) -> GridResult:
+        return measure_grid(backend, build, **kw)
+
+    def ab(self, backend: Backend, a: Build, b: Build, **kw: Any) -> ABResult:
+        return ab_compare(backend, a, b, **kw)
+
+    def profile(self, backend: Backend, **kw: Any) -> list[Profile]:
+        return profile_cell(backend, **kw)
+
+    def engine_defaults(self, model: Path, serving: Mapping[str, object], *, env: Mapping[str, str]
+                        ) -> dict[str, object]:
+        return effective_engine_args(model, dict(serving), env=dict(env))
+
+
+HARNESS = HarnessMeasurements()
