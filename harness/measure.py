@@ -187,7 +187,7 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
     return result
 
 
-def _ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsConfig
+def grid_ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsConfig
             ) -> tuple[dict[str, dict[str, SpeedupCI]], SpeedupCI]:
     out: dict[str, dict[str, SpeedupCI]] = {}
     head_a: dict[str, list[float]] = {}
@@ -280,5 +280,5 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                 answer=copy_task_answer if bench.dataset == "copy-task" else None, alpha=parity.workload_alpha)
             report = dataclasses.replace(report, workload=workload)
             progress(workload.summary())
-    cell_cis, overall = _ratios(ga, gb, cells, stats_cfg)
+    cell_cis, overall = grid_ratios(ga, gb, cells, stats_cfg)
     return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)

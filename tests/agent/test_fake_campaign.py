@@ -1,0 +1,121 @@
+"""Whole campaigns through the fake measurement seam (tests/fake_measurements.py): start to end, replay, and
+SIGKILL at random points of a campaign followed by `resume`, in the unit suite, without vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from agent.replay import Exit, replay
+from audit.reader import payload_of, read_records
+from audit.verify import verify
+from tests.conftest import ROOT, processes_under
+from tests.fake_campaign import KILL_POINTS, resume, start, write_target
+from tests.fake_measurements import SPEED, FakeMeasurements
+
+
+def _branch_commits(log_dir: Path) -> list[git.Commit]:
+    start_rec = payload_of(log_dir, next(r for r in read_records(log_dir) if r["kind"] == "campaign.start"))
+    repo = git.Repo(start_rec["workspace"])
+    return list(repo.iter_commits(f"{start_rec['base_commit']}..{start_rec['branch']}"))
+
+
+def _iteration_of(commit: git.Commit) -> int:
+    return int(str(commit.message).split("Ratchet-Iteration: ")[1].split("\n")[0])
+
+
+def test_a_whole_campaign_runs_through_the_seam_and_its_claims_replay(tmp_path: Path) -> None:
+    spec = write_target(tmp_path)
+    measure = FakeMeasurements()
+    end = start(spec, tmp_path / "logs", tmp_path / "ws", measure)
+    # max_num_seqs 4 (1.5x) is accepted, then 8 (2.0x); 16 (1.9x) does not beat 8 and is rejected
+    assert end.verdict.status == "improved" and end.stop_reason == "iteration budget of 3 reached"
+    assert end.final is not None and end.final.overall is not None and 1.9 < end.final.overall.ratio < 2.1
+    records = read_records(end.log_dir)
+    outcomes = [payload_of(end.log_dir, r)["outcome"] for r in records if r["kind"] == "iteration.result"]
+    assert outcomes == ["accepted", "accepted", "rejected"]
+    assert verify(end.log_dir).ok
+    assert [_iteration_of(c) for c in _branch_commits(end.log_dir)] == [2, 1]
+    assert measure.calls.count("grid") == 1 and "profile" not in measure.calls   # search reads no profile
+    assert not processes_under(end.log_dir)
+
+    ok = replay(end.log_dir, backend_for=lambda s: None, work_dir=tmp_path / "replay",  # type: ignore[arg-type,return-value]
+                measure=FakeMeasurements())
+    assert ok.exit_code == 0 and len(ok.checks) >= 6, ok.checks
+    assert [c.name for c in ok.checks if c.name.startswith("speedup")] == ["speedup of iteration 1",
+                                                                           "speedup of iteration 2"]
+
+
+def test_a_replay_whose_speedup_is_gone_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    end = start(write_target(tmp_path, space="[4]", iterations=1), tmp_path / "logs", tmp_path / "ws")
+    assert end.verdict.status == "improved"
+    monkeypatch.setitem(SPEED, 4, 1.0)     # the same patch no longer makes anything faster
+    result = replay(end.log_dir, backend_for=lambda s: None, work_dir=tmp_path / "replay",  # type: ignore[arg-type,return-value]
+                    measure=FakeMeasurements())
+    failed = [c for c in result.checks if not c.ok]
+    assert [c.name for c in failed] == ["speedup of iteration 1"], result.checks
+    assert result.exit_code == Exit.SPEEDUP_GONE
+
+
+def _child(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.fake_campaign", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+
+
+def _kill_points(tmp_path: Path, n: int = 24) -> list[tuple[str, int]]:
+    """Points drawn at random (seeded) over every step and the whole length of an unkilled campaign."""
+    counts_file = tmp_path / "counts.json"
+    spec = write_target(tmp_path / "dry")
+    proc = _child("start", str(spec), str(tmp_path / "dry" / "logs"), str(tmp_path / "dry" / "ws"),
+                  env={"RATCHET_CALL_COUNTS": str(counts_file)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(counts_file.read_text())
+    assert set(counts) == set(KILL_POINTS), counts       # every step is reached by an unkilled campaign
+    rng = random.Random(0)
+    names = sorted(counts)
+    points = [(name, rng.randint(1, counts[name])) for name in names]           # each step at least once
+    points += [(name, rng.randint(1, counts[name])) for name in rng.choices(names, k=n - len(names))]
+    return sorted(set(points))
+
+
+@pytest.mark.timeout(900)
+def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    points = _kill_points(tmp_path, n=30)
+    resumed = []
+    for name, n in points:
+        case = tmp_path / f"{name}-{n}"
+        spec = write_target(case)
+        killed = _child("start", str(spec), str(case / "logs"), str(case / "ws"),
+                        env={"RATCHET_KILL_AT": f"{name}:{n}"})
+        assert killed.returncode == -9, (name, n, killed.stderr[-2000:])
+        logs = list((case / "logs").glob("*/log.jsonl"))
+        if not logs or '"campaign.start"' not in logs[0].read_text():
+            continue   # killed before the campaign existed: nothing to resume (and nothing claimed)
+        log_dir = logs[0].parent
+        before = read_records(log_dir)
+        if any(r["kind"] == "campaign.end" for r in before):
+            continue   # killed after it ended (writing its report): resume rightly refuses
+        end = resume(log_dir)
+        resumed.append(f"{name}:{n}")
+        after = read_records(log_dir)
+        where = f"killed at {name}:{n}"
+        assert after[: len(before)] == before, where                         # nothing recorded was lost or changed
+        assert [r["seq"] for r in after] == list(range(len(after))), where   # no gap, no duplicate
+        assert verify(log_dir).ok, where
+        results = [r["iteration"] for r in after if r["kind"] == "iteration.result"]
+        assert len(results) == len(set(results)), (where, results)          # each iteration decided once
+        # the branch holds exactly the accepted iterations, in order, and nothing of the killed attempt
+        accepted = payload_of(log_dir, next(r for r in after if r["kind"] == "campaign.end"))["accepted"]
+        on_branch = [_iteration_of(c) for c in reversed(_branch_commits(log_dir))]
+        assert on_branch == accepted, (where, on_branch, accepted)
+        assert end.verdict.ok, (where, end.verdict)
+        assert not processes_under(log_dir), where                           # the dead run's servers were reaped
+    assert len(resumed) >= 20, resumed
+    assert {p.split(":")[0] for p in resumed} == set(KILL_POINTS), resumed   # every step, killed and resumed

@@ -1,0 +1,123 @@
+"""A whole campaign without vLLM: a tiny vllm-source target, a spec, the search proposer, and the fake seam of
+tests/fake_measurements.py. Used in-process by the unit tests, and as a child process by the crash tests:
+
+    python -m tests.fake_campaign start SPEC LOG_ROOT WORKSPACES      a campaign to its end
+    python -m tests.fake_campaign resume LOG_DIR                      resume one
+
+In the child, `RATCHET_KILL_AT=NAME:N` SIGKILLs the process at the N-th call of one step (KILL_POINTS), and
+`RATCHET_CALL_COUNTS=FILE` writes how often each step ran (for picking N).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.campaign import CampaignEnd, resume_campaign, start_campaign
+from agent.proposers.search import SearchProposer
+from agent.spec import CampaignSpec, load_spec
+from tests.conftest import TINY_MODEL
+from tests.fake_measurements import FakeMeasurements
+
+SERVING = {"max_num_seqs": 1, "enforce_eager": True}
+
+
+def write_target(root: Path, *, space: str = "[4, 8, 16]", iterations: int = 3, extra: str = "") -> Path:
+    """A vllm-source checkout of three files, held prompts that cover the grid, and the spec; returns its path."""
+    pkg = root / "src" / "vllm"
+    (pkg / "model_executor" / "models").mkdir(parents=True, exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model_executor" / "__init__.py").write_text("")
+    (pkg / "model_executor" / "models" / "gemma4.py").write_text("# the fake Gemma 4 path\nSCALE = 1.0\n")
+    prompts = root / "held.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"held-{i}", "prompt_token_ids": [5 + (i + j) % 200
+                                                                                 for j in range(8 + i)]}) + "\n"
+                               for i in range(6)))
+    spec = root / "spec.yaml"
+    spec.write_text(f"""
+schema_version: 1
+name: fake
+server: {{model: {TINY_MODEL}, engine_args: {json.dumps(SERVING)}}}
+benchmark: {{input_lens: [8], output_lens: [4], num_prompts: 8, max_concurrency: 4, repeats: 4}}
+parity: {{prompts: {prompts}, max_tokens: 4}}
+target: {{kind: vllm-source, source: {root / "src"}}}
+sandbox: {{backend: unisolated}}
+proposer: {{kind: search, search: {{strategy: grid, space: {{max_num_seqs: {space}}}}}}}
+budget: {{max_iterations: {iterations}, wall_seconds: 3600}}
+{extra}
+""")
+    return spec
+
+
+def start(spec_path: Path, log_root: Path, workspaces: Path, measure: FakeMeasurements | None = None) -> CampaignEnd:
+    spec = load_spec(spec_path)
+    return start_campaign(spec, spec_path, proposer=SearchProposer(spec.proposer.search), backend=None,  # type: ignore[arg-type]
+                          log_root=log_root, workspace_root=workspaces, measure=measure or FakeMeasurements())
+
+
+def resume(log_dir: Path, measure: FakeMeasurements | None = None) -> CampaignEnd:
+    def proposer_for(spec: CampaignSpec, kind: str) -> SearchProposer:
+        return SearchProposer(spec.proposer.search)
+
+    return resume_campaign(log_dir, proposer_for=proposer_for, backend_for=lambda spec: None,  # type: ignore[arg-type,return-value]
+                           measure=measure or FakeMeasurements())
+
+
+# The steps a kill can land in: (module, attribute) of what to wrap. The fake's own servers step
+# ("servers": its sleep processes are up, mid-benchmark) is counted inside FakeMeasurements.
+KILL_POINTS: dict[str, tuple[str, str]] = {
+    "propose": ("agent.proposers.search", "SearchProposer.propose"),      # while proposing
+    "gate": ("agent.gatekeeper", "Gatekeeper.request"),                   # while gating (before its record)
+    "apply": ("sandbox.workspace", "Workspace.apply_patch"),              # applying a patch
+    "checkout": ("sandbox.workspace", "Workspace.checkout_copy"),         # preparing an evaluation's trees
+    "commit": ("sandbox.workspace", "Workspace.commit"),                  # committing an accepted patch
+    "append": ("audit.writer", "AuditWriter.append"),                     # before a record is written
+    "fsync": ("os", "fsync"),                                             # a record written, not yet fsynced
+    "servers": ("tests.fake_measurements", "FakeMeasurements._started"),  # servers up, mid-benchmark
+}
+
+
+def _install(counts: collections.Counter[str], kill: tuple[str, int] | None) -> None:
+    import importlib
+
+    for name, (module_name, attr) in KILL_POINTS.items():
+        owner: Any = importlib.import_module(module_name)
+        *path, leaf = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original: Callable[..., Any] = getattr(owner, leaf)
+
+        def wrapped(*args: Any, _name: str = name, _original: Callable[..., Any] = original, **kw: Any) -> Any:
+            counts[_name] += 1
+            if kill == (_name, counts[_name]):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return _original(*args, **kw)
+
+        setattr(owner, leaf, functools.wraps(original)(wrapped))
+
+
+def main(argv: list[str]) -> int:
+    counts: collections.Counter[str] = collections.Counter()
+    kill_at = os.environ.get("RATCHET_KILL_AT")
+    kill = (kill_at.split(":")[0], int(kill_at.split(":")[1])) if kill_at else None
+    _install(counts, kill)
+    try:
+        if argv[0] == "start":
+            start(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+        else:
+            resume(Path(argv[1]))
+    finally:
+        if os.environ.get("RATCHET_CALL_COUNTS"):
+            Path(os.environ["RATCHET_CALL_COUNTS"]).write_text(json.dumps(dict(counts)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,135 @@
+"""A fake of agent/measurements.py's seam: whole campaigns, resumes and replays in seconds, without vLLM.
+
+What it measures is read off the build, so a patch changes it the way a real one would:
+- speed: `SPEED[max_num_seqs]` of the build's serving config, times the float in `vllm/SPEED` when a
+  patch wrote one (a "kernel" change), with a deterministic ±1 % jitter per run;
+- parity: each held prompt "generates" its own first `max_tokens` ids; a tree holding `vllm/BREAKS_PARITY`
+  flips one token of every third prompt (a real divergence, judged by harness.parity.compare itself).
+Each "server" is a real process (`sleep`) in the server folder the harness would make for that log
+(sandbox.local.server_cwd), so a campaign killed mid-measurement leaves something for `resume` to reap.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness.bench import BenchJob, BenchResult, CellRun
+from harness.config import BenchmarkConfig, Cell, ParityConfig
+from harness.measure import ABResult, Build, GridResult, grid_ratios
+from harness.parity import Generation, compare, load_prompts
+from harness.profiling import OpTime, Profile
+from sandbox.local import server_cwd
+
+SPEED = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 1.9, 32: 1.0}
+
+
+def speed_of(build: Build) -> float:
+    factor = SPEED.get(int(build.engine_args.get("max_num_seqs", 1)), 1.0)   # type: ignore[call-overload]
+    marker = build.tree / "vllm" / "SPEED"
+    return factor * (float(marker.read_text()) if marker.is_file() else 1.0)
+
+
+def generations(build: Build, parity: ParityConfig) -> list[Generation]:
+    broken = (build.tree / "vllm" / "BREAKS_PARITY").is_file()
+    out = []
+    for k, prompt in enumerate(load_prompts(parity.prompts)):
+        ids = list(prompt.token_ids[: parity.max_tokens]) or [5]
+        if broken and k % 3 == 0:
+            ids[-1] = (ids[-1] + 1) % 256
+        top = tuple(((t, -0.01), ((t + 7) % 256, -9.0)) for t in ids)
+        out.append(Generation(prompt_id=prompt.id, token_ids=tuple(ids), top_logprobs=top))
+    return out
+
+
+def _result(cell: Cell, tok_s: float, prompts: int) -> BenchResult:
+    duration = prompts * (cell.input_len + cell.output_len) / tok_s
+    ms = 1000.0 / tok_s
+    return BenchResult(duration=duration, completed=prompts, total_input_tokens=prompts * cell.input_len,
+                       total_output_tokens=prompts * cell.output_len, request_throughput=prompts / duration,
+                       output_throughput=prompts * cell.output_len / duration, total_token_throughput=tok_s,
+                       mean_ttft_ms=ms, median_ttft_ms=ms, p99_ttft_ms=ms, mean_tpot_ms=ms, median_tpot_ms=ms,
+                       p99_tpot_ms=ms, mean_itl_ms=ms, median_itl_ms=ms, p99_itl_ms=ms, mean_e2el_ms=ms,
+                       median_e2el_ms=ms, p99_e2el_ms=ms)
+
+
+def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str) -> list[CellRun]:
+    rng = random.Random(f"{seed}:{build.tag}")
+    runs = []
+    for cell in cells:
+        for repeat in range(bench.repeats):
+            tok_s = 1000.0 * speed_of(build) * (1.0 + rng.uniform(-0.01, 0.01))
+            job = BenchJob(cell=cell, base_url="http://fake", model_name="fake", tokenizer=Path("fake"),
+                           tag=build.tag, repeat=repeat)
+            runs.append(CellRun(job=job, result=_result(cell, tok_s, bench.num_prompts), wall_s=0.01))
+    return runs
+
+
+class FakeMeasurements:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _started(self, step: str) -> None:
+        """The servers of one step are up (the crash tests kill here: mid-benchmark)."""
+
+    @contextmanager
+    def _servers(self, work_dir: Path, builds: tuple[Build, ...], step: str) -> Iterator[None]:
+        # no inherited pipes: a killed campaign's leftover "servers" must not hold its caller's stdout open
+        procs = [subprocess.Popen(["sleep", "600"], cwd=server_cwd(work_dir / f"server-{b.tag}.log"),
+                                  start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for b in builds]
+        try:
+            self._started(step)
+            yield
+        finally:
+            for proc in procs:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def grid(self, backend: Any, build: Build, *, bench: BenchmarkConfig, work_dir: Path,
+             parity: ParityConfig | None = None, **kw: Any) -> GridResult:
+        self.calls.append("grid")
+        work_dir.mkdir(parents=True, exist_ok=True)
+        with self._servers(work_dir, (build,), "grid"):
+            return GridResult(build=build, startup_s=0.1, evidence={"fake": True},
+                              runs=_runs(build, bench.cells(), bench, str(work_dir)),
+                              generations=generations(build, parity) if parity else [])
+
+    def ab(self, backend: Any, a: Build, b: Build, *, bench: BenchmarkConfig, stats_cfg: Any,
+           parity: ParityConfig | None, work_dir: Path, reference: list[Generation] | None = None,
+           stop_on_parity_failure: bool = False, cells: list[Cell] | None = None, **kw: Any) -> ABResult:
+        self.calls.append("ab")
+        work_dir.mkdir(parents=True, exist_ok=True)
+        cells = cells or bench.cells()
+        report = None
+        if parity is not None:
+            report = compare(reference or generations(a, parity), generations(b, parity),
+                             logprob_tolerance=parity.logprob_tolerance, prompts=load_prompts(parity.prompts))
+        ga = GridResult(build=a, startup_s=0.1, evidence={"fake": True})
+        gb = GridResult(build=b, startup_s=0.1, evidence={"fake": True})
+        if report is not None and not report.ok and stop_on_parity_failure:
+            return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None)
+        with self._servers(work_dir, (a, b), "ab"):
+            ga.runs = _runs(a, cells, bench, str(work_dir))
+            gb.runs = _runs(b, cells, bench, str(work_dir))
+        cell_cis, overall = grid_ratios(ga, gb, cells, stats_cfg)
+        return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)
+
+    def profile(self, backend: Any, *, engine_args: Mapping[str, object], cell: Cell, work_dir: Path,
+                **kw: Any) -> list[Profile]:
+        self.calls.append("profile")
+        work_dir.mkdir(parents=True, exist_ok=True)
+        op = OpTime(name=f"fake-op-at-{engine_args.get('max_num_seqs')}", category="cpu_op", self_ms=1.0, calls=1,
+                    share=1.0)
+        return [Profile(phase="end-to-end", cell=cell, ops=(op,), trace_files=())]
+
+    def engine_defaults(self, model: Path, serving: Mapping[str, object], *, env: Mapping[str, str]
+                        ) -> dict[str, object]:
+        self.calls.append("engine_defaults")
+        return {"max_num_seqs": 1, **serving}
