@@ -74,13 +74,15 @@ class Gatekeeper:
         return float("inf") if limit is None else max(0.0, float(limit) - self.spent.get(resource, 0.0))
 
     def spend(self, resource: str, amount: float, *, iteration: int | None) -> None:
-        """Record spending that happened (LLM tokens, wall time). Over either budget: BudgetExhausted."""
+        """Record spending that happened (LLM tokens, wall time). Over either budget: BudgetExhausted.
+        `spent` is the granted spending: the sum of the allowed spend records, which is also what a resume
+        reads back (agent/journal.py); a denied one stays in the log with its amount and ends the campaign."""
         if amount <= 0:
             return
         decision = self.request({"kind": "spend", "resource": resource, "amount": float(amount)}, iteration=iteration)
-        self.spent[resource] = self.spent.get(resource, 0.0) + float(amount)
         if decision.verdict != "allow":
             raise BudgetExhausted(f"{resource}: policy budget exhausted ({decision.reason})")
+        self.spent[resource] = self.spent.get(resource, 0.0) + float(amount)
         if self.left(resource) <= 0:
             raise BudgetExhausted(f"{resource}: campaign budget of {self.limits.get(resource)} exhausted")
 

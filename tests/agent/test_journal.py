@@ -67,3 +67,23 @@ def test_a_resumed_history_keeps_each_patch_per_cell_result_and_the_whole_failur
     (entry,) = read_journal(log).history
     assert entry.patch == "diff --git a/x b/x\n+y\n" and entry.cells == ("in8/out4 1.040x [0.970, 1.110]",)
     assert entry.detail.endswith("RuntimeError: shape mismatch") and len(entry.detail) > 2000
+
+
+def test_live_and_resumed_spending_are_the_same_figure(tmp_path: Path) -> None:
+    """`spent` is defined once: the allowed spend records. A campaign's live ledger (what campaign.end reports)
+    and the one a resume reads back agree, also after a spend the policy denied."""
+    from agent.errors import BudgetExhausted
+    from agent.gatekeeper import Gatekeeper
+    from policies import load_policy
+    from policies.model import Policy
+
+    log, w = _log(tmp_path)
+    policy = load_policy(Path(__file__).resolve().parents[2] / "policies" / "default.yaml")
+    assert isinstance(policy, Policy)
+    limit = policy.budget["llm_tokens"]
+    gate = Gatekeeper(policy=policy, writer=w, root=tmp_path, limits={})
+    gate.spend("llm_tokens", 100, iteration=1)
+    with pytest.raises(BudgetExhausted):
+        gate.spend("llm_tokens", limit, iteration=1)      # over the policy's budget: denied
+    w.close()
+    assert gate.spent == read_journal(log).spent == {"llm_tokens": 100.0}
