@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.base import Proposer
 from agent.campaign import CampaignEnd, resume_campaign, start_campaign
 from agent.proposers.search import SearchProposer
 from agent.spec import CampaignSpec, load_spec
@@ -56,10 +57,19 @@ budget: {{max_iterations: {iterations}, wall_seconds: 3600}}
     return spec
 
 
-def start(spec_path: Path, log_root: Path, workspaces: Path, measure: FakeMeasurements | None = None) -> CampaignEnd:
+def start(spec_path: Path, log_root: Path, workspaces: Path, measure: FakeMeasurements | None = None,
+          proposer: Proposer | None = None) -> CampaignEnd:
     spec = load_spec(spec_path)
-    return start_campaign(spec, spec_path, proposer=SearchProposer(spec.proposer.search), backend=None,  # type: ignore[arg-type]
-                          log_root=log_root, workspace_root=workspaces, measure=measure or FakeMeasurements())
+    return start_campaign(spec, spec_path, proposer=proposer or SearchProposer(spec.proposer.search),
+                          backend=None, log_root=log_root, workspace_root=workspaces,  # type: ignore[arg-type]
+                          measure=measure or FakeMeasurements())
+
+
+def gemma4_patch(line: str) -> str:
+    """A git diff of the fake gemma4.py that replaces its `SCALE = 1.0` line with `line`."""
+    path = "vllm/model_executor/models/gemma4.py"
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,2 +1,2 @@\n"
+            f" # the fake Gemma 4 path\n-SCALE = 1.0\n+{line}\n")
 
 
 def resume(log_dir: Path, measure: FakeMeasurements | None = None) -> CampaignEnd:
@@ -101,6 +111,26 @@ def _install(counts: collections.Counter[str], kill: tuple[str, int] | None) -> 
             return _original(*args, **kw)
 
         setattr(owner, leaf, functools.wraps(original)(wrapped))
+
+
+def killed_at(point: str | None, argv: list[str], *, counts_file: Path | None = None) -> int:
+    """Run `argv` (as main() takes it) in a forked child that SIGKILLs itself at `point` (NAME:N); return the
+    child's wait status as a negative signal number (-9) or its exit code. A fork, not a new interpreter: the
+    child starts with everything imported, so a kill costs the campaign's time only."""
+    pid = os.fork()
+    if pid == 0:   # the child: never returns into the caller's (pytest's) frames
+        code = 1
+        try:
+            os.environ.pop("RATCHET_KILL_AT", None)
+            if point:
+                os.environ["RATCHET_KILL_AT"] = point
+            if counts_file:
+                os.environ["RATCHET_CALL_COUNTS"] = str(counts_file)
+            code = main(argv)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def main(argv: list[str]) -> int:

@@ -1,10 +1,10 @@
 """A fake of agent/measurements.py's seam: whole campaigns, resumes and replays in seconds, without vLLM.
 
 What it measures is read off the build, so a patch changes it the way a real one would:
-- speed: `SPEED[max_num_seqs]` of the build's serving config, times the float in `vllm/SPEED` when a
-  patch wrote one (a "kernel" change), with a deterministic ±1 % jitter per run;
-- parity: each held prompt "generates" its own first `max_tokens` ids; a tree holding `vllm/BREAKS_PARITY`
-  flips one token of every third prompt (a real divergence, judged by harness.parity.compare itself).
+- speed: `SPEED[max_num_seqs]` of the build's serving config, times x when the tree's gemma4.py has a line
+  `SPEED = x` (a "kernel" change), with a deterministic ±1 % jitter per run;
+- parity: each held prompt "generates" its own first `max_tokens` ids; a gemma4.py that mentions
+  BREAKS_PARITY flips one token of every third prompt (a real divergence, judged by harness.parity.compare).
 Each "server" is a real process (`sleep`) in the server folder the harness would make for that log
 (sandbox.local.server_cwd), so a campaign killed mid-measurement leaves something for `resume` to reap.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -30,14 +31,22 @@ from sandbox.local import server_cwd
 SPEED = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.0, 16: 1.9, 32: 1.0}
 
 
+GEMMA4 = Path("vllm") / "model_executor" / "models" / "gemma4.py"
+
+
+def _gemma4(build: Build) -> str:
+    path = build.tree / GEMMA4
+    return path.read_text() if path.is_file() else ""
+
+
 def speed_of(build: Build) -> float:
     factor = SPEED.get(int(build.engine_args.get("max_num_seqs", 1)), 1.0)   # type: ignore[call-overload]
-    marker = build.tree / "vllm" / "SPEED"
-    return factor * (float(marker.read_text()) if marker.is_file() else 1.0)
+    code = re.search(r"^SPEED = ([0-9.]+)$", _gemma4(build), re.M)     # a "kernel" change
+    return factor * (float(code.group(1)) if code else 1.0)
 
 
 def generations(build: Build, parity: ParityConfig) -> list[Generation]:
-    broken = (build.tree / "vllm" / "BREAKS_PARITY").is_file()
+    broken = "BREAKS_PARITY" in _gemma4(build)
     out = []
     for k, prompt in enumerate(load_prompts(parity.prompts)):
         ids = list(prompt.token_ids[: parity.max_tokens]) or [5]

@@ -4,10 +4,7 @@ SIGKILL at random points of a campaign followed by `resume`, in the unit suite, 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import git
@@ -16,9 +13,10 @@ import pytest
 from agent.replay import Exit, replay
 from audit.reader import payload_of, read_records
 from audit.verify import verify
-from tests.conftest import ROOT, processes_under
-from tests.fake_campaign import KILL_POINTS, resume, start, write_target
+from tests.conftest import processes_under
+from tests.fake_campaign import KILL_POINTS, gemma4_patch, killed_at, resume, start, write_target
 from tests.fake_measurements import SPEED, FakeMeasurements
+from tests.fakes import FakeProposer
 
 
 def _branch_commits(log_dir: Path) -> list[git.Commit]:
@@ -64,18 +62,35 @@ def test_a_replay_whose_speedup_is_gone_fails(tmp_path: Path, monkeypatch: pytes
     assert result.exit_code == Exit.SPEEDUP_GONE
 
 
-def _child(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.fake_campaign", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+def test_a_code_patch_that_breaks_parity_is_rejected_and_one_that_speeds_up_is_kept(tmp_path: Path) -> None:
+    from agent.base import GiveUp, Proposal
+
+    proposer = FakeProposer([
+        Proposal("fold a scale", gemma4_patch("SCALE = 1.0  # BREAKS_PARITY"), predicted_speedup=1.3, source="fake:1"),
+        Proposal("a faster kernel", gemma4_patch("SPEED = 1.6"), predicted_speedup=1.5, source="fake:2"),
+    ], when_done=GiveUp("nothing left"))
+    end = start(write_target(tmp_path, iterations=4), tmp_path / "logs", tmp_path / "ws", proposer=proposer)
+    records = read_records(end.log_dir)
+    results = [payload_of(end.log_dir, r) for r in records if r["kind"] == "iteration.result"]
+    assert [r["outcome"] for r in results[:2]] == ["parity-broken", "accepted"], results
+    assert "real divergence" in str(results[0]["reason"])
+    assert end.verdict.status == "improved" and end.final is not None and end.final.overall is not None
+    assert 1.5 < end.final.overall.ratio < 1.7
+    commits = _branch_commits(end.log_dir)
+    assert [_iteration_of(c) for c in commits] == [2]
+    shown = commits[0].repo.git.show(f"{commits[0].hexsha}:vllm/model_executor/models/gemma4.py")
+    assert "SPEED = 1.6" in shown and "BREAKS_PARITY" not in shown
+    # the second proposal saw the first's rejection and its reason
+    assert proposer.seen[1].history[0].outcome == "parity-broken"
 
 
 def _kill_points(tmp_path: Path, n: int = 24) -> list[tuple[str, int]]:
     """Points drawn at random (seeded) over every step and the whole length of an unkilled campaign."""
     counts_file = tmp_path / "counts.json"
     spec = write_target(tmp_path / "dry")
-    proc = _child("start", str(spec), str(tmp_path / "dry" / "logs"), str(tmp_path / "dry" / "ws"),
-                  env={"RATCHET_CALL_COUNTS": str(counts_file)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = killed_at(None, ["start", str(spec), str(tmp_path / "dry" / "logs"), str(tmp_path / "dry" / "ws")],
+                     counts_file=counts_file)
+    assert code == 0
     counts = json.loads(counts_file.read_text())
     assert set(counts) == set(KILL_POINTS), counts       # every step is reached by an unkilled campaign
     rng = random.Random(0)
@@ -92,9 +107,8 @@ def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_p
     for name, n in points:
         case = tmp_path / f"{name}-{n}"
         spec = write_target(case)
-        killed = _child("start", str(spec), str(case / "logs"), str(case / "ws"),
-                        env={"RATCHET_KILL_AT": f"{name}:{n}"})
-        assert killed.returncode == -9, (name, n, killed.stderr[-2000:])
+        code = killed_at(f"{name}:{n}", ["start", str(spec), str(case / "logs"), str(case / "ws")])
+        assert code == -9, (name, n, code)
         logs = list((case / "logs").glob("*/log.jsonl"))
         if not logs or '"campaign.start"' not in logs[0].read_text():
             continue   # killed before the campaign existed: nothing to resume (and nothing claimed)
