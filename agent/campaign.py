@@ -25,7 +25,6 @@ from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_server
 from agent.spec import CampaignSpec, SpecError
 from audit import AuditWriter, write_report
-from harness.integrity import digest_roots, measurement_roots
 from harness.measure import ABResult, Build
 from harness.parity import load_prompts, load_reference, save_reference
 from harness.stats import check_repeats
@@ -197,7 +196,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     log_dir = (log_root / campaign_id).resolve()
     ws_dir = (workspace_root / campaign_id).resolve()
     policy = load_policy(spec.policy)
-    measurement = digest_roots(measurement_roots())   # before anything of the target runs
+    measurement = measure.digest()   # before anything of the target runs
     with AuditWriter.open(log_dir, campaign=campaign_id,
                           header={"isolation": isolation_label(spec.sandbox)}) as writer:
         source = spec.target_source()
@@ -250,7 +249,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     preflight(spec.executor)
     policy = load_policy(spec.policy)
     leftovers, containers = reap_leftovers(log_dir)
-    measurement = digest_roots(measurement_roots())
+    measurement = measure.digest()
     if journal.measurement_sha256 and journal.measurement_sha256 != measurement.sha256:
         raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
                             "campaign began: its figures would not be comparable; reinstall the environment the "

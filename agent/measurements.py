@@ -1,7 +1,8 @@
 """The one seam through which a campaign measures anything: the baseline grid, every A/B (screens,
-confirmations, trials, the final comparison, replay), the incumbent's profile and vLLM's view of its engine
-args. The real implementation is the harness (`HARNESS`); the unit suite passes a fake
-(tests/fake_measurements.py), so a whole campaign, a resume and a replay run in seconds without vLLM.
+confirmations, trials, the final comparison, replay), the incumbent's profile, vLLM's view of its engine
+args, and the digest of the measurement path they are taken with. The real implementation is the harness
+(`HARNESS`); the unit suite passes a fake (tests/fake_measurements.py), so a whole campaign, a resume and a
+replay run in seconds without vLLM.
 
 Only the campaign's drivers (agent/campaign.py, loop.py, executor.py, trial.py, incumbent_profile.py,
 replay.py) take measurements, and they take them through here: nothing else in agent/ calls the harness's
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.engine_defaults import effective_engine_args
+from harness.integrity import MeasurementDigest, digest_roots, measurement_roots
 from harness.measure import ABResult, Build, GridResult, ab_compare, measure_grid
 from harness.profiling import Profile, profile_cell
 from sandbox.base import Backend
@@ -23,6 +25,10 @@ __all__ = ["HARNESS", "HarnessMeasurements", "Measurements"]
 
 
 class Measurements(Protocol):
+    def digest(self) -> MeasurementDigest:
+        """harness.integrity: the measurement path (harness, pristine client, interpreter) as it is now."""
+        ...
+
     def grid(self, backend: Backend, build: Build, **kw: Any) -> GridResult:
         """harness.measure.measure_grid: one build's grid, and its parity generations when asked for."""
         ...
@@ -43,6 +49,9 @@ class Measurements(Protocol):
 
 class HarnessMeasurements:
     """The harness itself. Stateless, so a Ray worker imports the same object (`HARNESS`) by reference."""
+
+    def digest(self) -> MeasurementDigest:
+        return digest_roots(measurement_roots())
 
     def grid(self, backend: Backend, build: Build, **kw: Any) -> GridResult:
         return measure_grid(backend, build, **kw)

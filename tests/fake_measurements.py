@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.bench import BenchJob, BenchResult, CellRun
 from harness.config import BenchmarkConfig, Cell, ParityConfig
+from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build, GridResult, grid_ratios
 from harness.parity import Generation, compare, load_prompts
 from harness.profiling import OpTime, Profile
@@ -83,6 +84,9 @@ def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str) ->
 class FakeMeasurements:
     def __init__(self) -> None:
         self.calls: list[str] = []
+
+    def digest(self) -> MeasurementDigest:
+        return MeasurementDigest(sha256="fake-measurement-path", files={})
 
     def _started(self, step: str) -> None:
         """The servers of one step are up (the crash tests kill here: mid-benchmark)."""
