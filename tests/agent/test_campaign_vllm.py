@@ -18,7 +18,6 @@ from audit.reader import payload_of, read_records
 from tests.conftest import ROOT, TINY_MODEL
 from tests.fakes import Reply, ScriptedOpenAIServer, call, reply, say
 
-PLANTED = TINY_MODEL / "planted"
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
@@ -109,7 +108,7 @@ def _propose_when_the_trial_passed(body: dict[str, object]) -> Reply:
 
 
 @pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
-def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_budget(tmp_path: Path) -> None:
+def test_a_scripted_llm_campaign_tries_accepts_denies_survives_and_stops_on_budget(tmp_path: Path) -> None:
     bench_edit = ("diff --git a/vllm/benchmarks/serve.py b/vllm/benchmarks/serve.py\n--- a/vllm/benchmarks/serve.py\n"
                   "+++ b/vllm/benchmarks/serve.py\n@@ -1,1 +1,2 @@\n # SPDX-License-Identifier: Apache-2.0\n"
                   "+# report twice the throughput\n")
@@ -120,17 +119,15 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
         _fix_after_reading_the_traceback,
         _propose_when_the_trial_passed,
         reply(call("submit")),
-        # iteration 2: a parity-breaking patch (PLE scale changed) -> rejected with the divergence diagnosis
-        reply(call("propose_patch", hypothesis="Fold the PLE scale into the projection",
-                   patch=(PLANTED / "ple-scale-changed.patch").read_text(), format="diff", predicted_speedup=1.05)),
-        reply(call("submit")),
-        # iteration 3: an edit of the benchmark client (denied by the gate), garbage, then giving up
+        # (a parity-breaking proposal's rejection is the loop's logic: tests/agent/test_fake_campaign.py; real
+        # vLLM's divergence diagnosis of the same kind of patch: tests/agent/test_replay_vllm.py)
+        # iteration 2: an edit of the benchmark client (denied by the gate), garbage, then giving up
         reply(call("propose_patch", hypothesis="speed up the client", patch=bench_edit, format="diff")),
         reply(call("read_file", '{"path": "vllm/model_executor/models/gemma4.py"')),    # malformed JSON
         reply(call("teleport", directory="/")),                                          # unknown tool
         say("I cannot help with that."),
         reply(call("give_up", reason="nothing safe left to try")),
-        # iteration 4: a reply whose usage blows the token budget -> the campaign stops cleanly
+        # iteration 3: a reply whose usage blows the token budget -> the campaign stops cleanly
         reply(call("view_metrics"), prompt_tokens=400_000, completion_tokens=10),
     ]
     with ScriptedOpenAIServer(script) as server:
@@ -142,7 +139,7 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
     assert proc.returncode == 0, proc.stderr[-4000:]
     (log_dir,) = (tmp_path / "logs").iterdir()
     results = _results(log_dir)
-    assert [results[i]["outcome"] for i in sorted(results)] == ["accepted", "parity-broken", "invalid"], results
+    assert [results[i]["outcome"] for i in sorted(results)] == ["accepted", "invalid"], results
     assert results[1]["speedup"] > 1.5 and results[1]["ci_low"] > 1.02
     # the two trials: the crash with its traceback, then the fix with parity and a hint; neither is a verdict
     crash, fixed = [payload_of(log_dir, r) for r in read_records(log_dir) if r["kind"] == "agent.try_patch"]
@@ -152,7 +149,6 @@ def test_a_scripted_llm_campaign_accepts_rejects_denies_survives_and_stops_on_bu
     assert fixed["parity"].startswith("parity ok: 8/8 prompts identical")
     assert "held-" not in fixed["parity"] and fixed["hint"].startswith("candidate vs incumbent")
     print(f"try_patch wall time: crash {crash['seconds']} s, fixed {fixed['seconds']} s; hint {fixed['hint']}")
-    assert "real divergence" in str(results[2]["reason"]) and "reference margin" in str(results[2]["reason"])
     records = read_records(log_dir)
     denied = [r for r in records if r["kind"] == "action" and r.get("rule") == "deny-benchmarks"]
     assert denied and denied[0]["decision"] == "deny"
