@@ -34,13 +34,14 @@ from agent.environment import describe_environment
 from agent.errors import ActionDenied, BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
 from agent.kernel_spec import KernelSpec
+from agent.measurements import HARNESS, Measurements
 from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.errors import HarnessError
 from harness.kernel.compare import KernelAB, compare, failures_of
 from harness.kernel.config import ShapeConfig
-from harness.kernel.evaluate import RESULT, run_evaluation, runner_argv, runner_env
+from harness.kernel.evaluate import RESULT, runner_argv, runner_env
 from harness.kernel.protocol import EvalRequest
 from policies import load_policy
 from sandbox.errors import PatchRejected, SandboxError
@@ -92,6 +93,7 @@ class KernelCampaign:
     history: list[HistoryEntry] = field(default_factory=list)
     next_iteration: int = 1
     on_event: Event = lambda kind, data: None
+    measure: Measurements = HARNESS
     _checks: int = 0
 
     @property
@@ -111,7 +113,7 @@ class KernelCampaign:
                               correctness=s.correctness, timing=s.timing, roofline=s.roofline if roofline else None,
                               device=s.device, dtype=s.dtype, seed=secrets.randbits(31))
         self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
-        result = run_evaluation(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
+        result = self.measure.kernel(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
         self.writer.append("kernel.evaluation", iteration=iteration, payload={
             "name": name, "seed": request.seed, "result_file": str((work / RESULT).relative_to(self.log_dir)),
             "result_sha256": _sha256(work / RESULT), "device": result["device"], "roofline": result["roofline"],
@@ -356,8 +358,10 @@ def new_campaign_id(name: str) -> str:
 
 
 def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, workspace_root: Path,
-                          on_event: Event = lambda k, d: None, proposer: Proposer | None = None) -> KernelEnd:
-    """`proposer`: default the tunables search of `proposer.search`; an LLMProposer for `--proposer llm`."""
+                          on_event: Event = lambda k, d: None, proposer: Proposer | None = None,
+                          measure: Measurements = HARNESS) -> KernelEnd:
+    """`proposer`: default the tunables search of `proposer.search`; an LLMProposer for `--proposer llm`.
+    `measure`: the seam its evaluations go through (agent/measurements.py)."""
     campaign_id = new_campaign_id(spec.name)
     log_dir = (log_root / campaign_id).resolve()
     policy = load_policy(spec.policy)
@@ -380,7 +384,8 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
             gate.require({"kind": "use_gpu", "devices": 1, "minutes": spec.budget.wall_seconds / 60}, iteration=0)
         camp = KernelCampaign(spec=spec, campaign_id=campaign_id, log_dir=log_dir, writer=writer, gate=gate,
                               workspace=ws, proposer=proposer,
-                              baseline_tunables=tunables, incumbent_ref=ws.head(), on_event=on_event)
+                              baseline_tunables=tunables, incumbent_ref=ws.head(), on_event=on_event,
+                              measure=measure)
         t0 = time.monotonic()
         baseline = camp.baseline()
         base_commit = camp.incumbent_ref

@@ -1,12 +1,12 @@
 """The one seam through which a campaign measures anything: the baseline grid, every A/B (screens,
 confirmations, trials, the final comparison, replay), the incumbent's profile, vLLM's view of its engine
-args, and the digest of the measurement path they are taken with. The real implementation is the harness
-(`HARNESS`); the unit suite passes a fake (tests/fake_measurements.py), so a whole campaign, a resume and a
-replay run in seconds without vLLM.
+args, a kernel campaign's evaluations, and the digest of the measurement path they are all taken with. The
+real implementation is the harness (`HARNESS`); the unit suite passes a fake (tests/fake_measurements.py),
+so a whole campaign, a resume and a replay run in seconds without vLLM.
 
 Only the campaign's drivers (agent/campaign.py, loop.py, executor.py, trial.py, incumbent_profile.py,
-replay.py) take measurements, and they take them through here: nothing else in agent/ calls the harness's
-measuring functions (tests/test_style.py checks it).
+replay.py, kernel_campaign.py) take measurements, and they take them through here: nothing else in agent/
+calls the harness's measuring functions (tests/test_style.py checks it).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 from harness.engine_defaults import effective_engine_args
 from harness.integrity import MeasurementDigest, digest_roots, measurement_roots
+from harness.kernel.evaluate import run_evaluation
+from harness.kernel.protocol import EvalRequest
 from harness.measure import ABResult, Build, GridResult, ab_compare, measure_grid
 from harness.profiling import Profile, profile_cell
 from sandbox.base import Backend
@@ -46,6 +48,10 @@ class Measurements(Protocol):
         """harness.engine_defaults.effective_engine_args: the engine args vLLM resolves for a serving config."""
         ...
 
+    def kernel(self, request: EvalRequest, work_dir: Path, *, timeout_s: float, interpret: bool) -> dict[str, Any]:
+        """harness.kernel.evaluate.run_evaluation: a kernel campaign's checks and timings, in one runner process."""
+        ...
+
 
 class HarnessMeasurements:
     """The harness itself. Stateless, so a Ray worker imports the same object (`HARNESS`) by reference."""
@@ -65,6 +71,9 @@ class HarnessMeasurements:
     def engine_defaults(self, model: Path, serving: Mapping[str, object], *, env: Mapping[str, str]
                         ) -> dict[str, object]:
         return effective_engine_args(model, dict(serving), env=dict(env))
+
+    def kernel(self, request: EvalRequest, work_dir: Path, *, timeout_s: float, interpret: bool) -> dict[str, Any]:
+        return run_evaluation(request, work_dir, timeout_s=timeout_s, interpret=interpret)
 
 
 HARNESS = HarnessMeasurements()
