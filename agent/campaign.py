@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.base import Proposer
 from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
@@ -117,7 +118,7 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
     save_reference(log_dir / REFERENCE_FILE, grid.generations, prompts_path=spec.parity.prompts,
                    meta={"ref": build.ref, "engine_args": build.engine_args})
     rows = grid.table(spec.benchmark.cells())
-    writer.append("baseline.result", iteration=0, payload={
+    writer.append(records.BASELINE_RESULT, iteration=0, payload={
         "cells": rows, "startup_s": grid.startup_s, "evidence": grid.evidence, "ref": build.ref,
         "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
         "reference_sha256": _sha256(log_dir / REFERENCE_FILE),
@@ -205,7 +206,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         branch = f"ratchet/{campaign_id}"
         ws.repo.git.checkout("-q", "-b", branch)
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec))
-        writer.append("campaign.start", payload={
+        writer.append(records.CAMPAIGN_START, payload={
             "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
             "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
@@ -262,7 +263,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         ws.repo.git.checkout("-q", "-f", journal.branch)
         ws.reset(journal.incumbent_ref)
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))
-        writer.append("campaign.resume", payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
+        writer.append(records.CAMPAIGN_RESUME, payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
                                                   "reaped_containers": containers,
                                                   "next_iteration": max(journal.last_iteration,
                                                                         journal.open_iteration or 0) + 1})
@@ -305,7 +306,7 @@ def _executor(spec: CampaignSpec, writer: AuditWriter, measure: Measurements) ->
 
         info["nodes"] = [{"node_id": n["NodeID"], "address": n["NodeManagerAddress"], "alive": n["Alive"],
                           "resources": n["Resources"]} for n in ray.nodes()]
-    writer.append("executor.start", payload=info)
+    writer.append(records.EXECUTOR_START, payload=info)
     return executor
 
 
@@ -324,7 +325,7 @@ def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd
     unconfirmed = tuple(f"iteration {h.iteration}: screen {h.speedup}" for h in camp.history
                         if h.outcome != "accepted" and "wall budget left" in h.detail)
     ending = judge_ending(len(accepted), final, why, unconfirmed)
-    camp.writer.append("campaign.end", payload={
+    camp.writer.append(records.CAMPAIGN_END, payload={
         "verdict": {"status": ending.status, "text": ending.text},
         "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
         "accepted": [h.iteration for h in accepted], "spent": dict(camp.gate.spent),
@@ -365,7 +366,7 @@ def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None
                             ports={"A": port_a, "B": port_b}, measurement=camp.measurement,
                             progress=lambda m: camp.on_event("progress", {"message": m}))
     except Exception as exc:  # recorded, and the ending then says the branch is not shown to be better
-        camp.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
+        camp.writer.append(records.ERROR, payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"
     finally:
         ws.remove_copy(tree_a)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.errors import ActionDenied, BudgetExhausted
 from audit import AuditWriter
 from policies import (
@@ -58,7 +59,7 @@ class Gatekeeper:
             approvals = load_approvals(self.approvals_path) if self.approvals_path else None
             resolved = resolve_ask(decision, parsed, policy_sha256=self.policy_sha256, env=os.environ,
                                    approvals=approvals, prompt=tty_prompt())
-        self.writer.append("action", payload=action_payload(parsed, ledger, decision=decision, resolved=resolved),
+        self.writer.append(records.ACTION, payload=action_payload(parsed, ledger, decision=decision, resolved=resolved),
                            iteration=iteration, action_id=str(data["id"]), decision=decision.verdict,
                            rule=decision.rule, policy_sha256=self.policy_sha256)
         return resolved or decision

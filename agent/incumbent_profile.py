@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.gatekeeper import Gatekeeper
 from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_server
@@ -45,10 +46,10 @@ def profile_incumbent(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeep
                                 server=spec.server.model_copy(update={"port": port}), bench=spec.benchmark,
                                 cell=cell, work_dir=work, cache_dir=log_dir / "cache")
     except HarnessError as exc:   # a missing profile weakens the proposer's view; it does not stop the campaign
-        writer.append("error", iteration=iteration, payload={"phase": f"{what} profile", "type": type(exc).__name__,
-                                                             "message": str(exc)[:2000]})
+        writer.append(records.ERROR, iteration=iteration,
+                      payload={"phase": f"{what} profile", "type": type(exc).__name__, "message": str(exc)[:2000]})
         return None
     text = render_profiles(profiles)
-    writer.append(f"{what}.profile", iteration=iteration,
+    writer.append(records.BASELINE_PROFILE if iteration == 0 else records.INCUMBENT_PROFILE, iteration=iteration,
                   payload={"cell": cell.label, "text": text, "incumbent": ws.head()})
     return text

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.base import MAX_HISTORY_DETAIL, MAX_HISTORY_PATCH, HistoryEntry, cell_lines
 from agent.errors import CampaignError
 from audit.reader import payload_of, read_records
@@ -42,8 +43,8 @@ class Journal:
 def read_journal(directory: Path) -> Journal:
     if not (directory / "log.jsonl").exists():
         raise CampaignError(f"{directory} holds no log.jsonl; pass the campaign folder audit_logs/<campaign-id>")
-    records = read_records(directory)
-    start = next((r for r in records if r.get("kind") == "campaign.start"), None)
+    log = read_records(directory)
+    start = next((r for r in log if r.get("kind") == records.CAMPAIGN_START), None)
     if start is None:
         raise CampaignError(f"{directory}/log.jsonl has no campaign.start record: not a ratchet campaign log")
     p = payload_of(directory, start)
@@ -53,23 +54,24 @@ def read_journal(directory: Path) -> Journal:
                       measurement_sha256=p.get("measurement_sha256"))
     hypotheses: dict[int, dict[str, Any]] = {}
     patches: dict[int, str] = {}
-    for record in records:
+    for record in log:
         kind, it = record.get("kind"), record.get("iteration")
         if kind in ("checkpoint", "log.open", "recovery"):
             continue
         body = payload_of(directory, record)
-        if kind == "baseline.result":
+        if kind == records.BASELINE_RESULT:
             journal.baseline = body
             journal.incumbent_rows = list(body["cells"])
-        elif kind == "action" and body.get("action", {}).get("kind") == "spend" and record.get("decision") == "allow":
+        elif kind == records.ACTION and body.get("action", {}).get("kind") == "spend" \
+                and record.get("decision") == "allow":
             action = body["action"]
             journal.spent[action["resource"]] = journal.spent.get(action["resource"], 0.0) + float(action["amount"])
-        elif kind == "iteration.hypothesis" and isinstance(it, int):
+        elif kind == records.ITERATION_HYPOTHESIS and isinstance(it, int):
             hypotheses[it] = body
             journal.open_iterations.append(it)
-        elif kind == "iteration.patch" and isinstance(it, int):
+        elif kind == records.ITERATION_PATCH and isinstance(it, int):
             patches[it] = str(body.get("diff", ""))
-        elif kind == "iteration.result" and isinstance(it, int):
+        elif kind == records.ITERATION_RESULT and isinstance(it, int):
             hyp = hypotheses.get(it, {})
             journal.history.append(HistoryEntry(
                 iteration=it, hypothesis=str(hyp.get("hypothesis", body.get("hypothesis", ""))),
@@ -83,8 +85,8 @@ def read_journal(directory: Path) -> Journal:
             if body.get("accepted"):
                 journal.incumbent_ref = str(body["commit"])
                 journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))
-        elif kind in ("baseline.profile", "incumbent.profile"):   # the latest is the incumbent's
+        elif kind in (records.BASELINE_PROFILE, records.INCUMBENT_PROFILE):   # the latest is the incumbent's
             journal.profile = str(body.get("text", "")) or None
-        elif kind == "campaign.end":
+        elif kind == records.CAMPAIGN_END:
             journal.ended = True
     return journal

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.base import (
     MAX_HISTORY_DETAIL,
     SHOWN_BUDGETS,
@@ -114,7 +115,7 @@ class KernelCampaign:
                               device=s.device, dtype=s.dtype, seed=secrets.randbits(31))
         self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
         result = self.measure.kernel(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
-        self.writer.append("kernel.evaluation", iteration=iteration, payload={
+        self.writer.append(records.KERNEL_EVALUATION, iteration=iteration, payload={
             "name": name, "seed": request.seed, "result_file": str((work / RESULT).relative_to(self.log_dir)),
             "result_sha256": _sha256(work / RESULT), "device": result["device"], "roofline": result["roofline"],
             "builds": result["builds"],
@@ -128,14 +129,14 @@ class KernelCampaign:
         bad = {n: sh["builds"]["baseline"] for n, sh in result["shapes"].items() if not sh["builds"]["baseline"]["ok"]}
         if not build.get("loaded") or bad:
             detail = build.get("error") or "; ".join(f"{n}: {'; '.join(failures_of(e))}" for n, e in bad.items())
-            self.writer.append("error", iteration=0, payload={"phase": "baseline", "message": str(detail)[:4000]})
+            self.writer.append(records.ERROR, iteration=0, payload={"phase": "baseline", "message": str(detail)[:4000]})
             raise CampaignError(f"the baseline kernel fails its own checks ({str(detail)[:600]}); fix the kernel or "
                                 f"the shapes before running a campaign (log: {self.log_dir})")
         shapes = {n: {**_checks(sh["builds"]["baseline"]), "shape": sh["shape"]} for n, sh in result["shapes"].items()}
         self.baseline_rows = [{"shape": n, "median_us": e["median_us"]} for n, e in shapes.items()]
         payload = {"tunables": self.baseline_tunables, "ref": ws.head(), "device": result["device"],
                    "roofline": result["roofline"], "shapes": shapes}
-        self.writer.append("baseline.result", iteration=0, payload=payload)
+        self.writer.append(records.BASELINE_RESULT, iteration=0, payload=payload)
         self.writer.checkpoint()
         return payload
 
@@ -198,7 +199,7 @@ class KernelCampaign:
             ws.remove_copy(tree_a)
             ws.remove_copy(tree_b)
         text = f"check_kernel ({time.monotonic() - t0:.0f} s, shapes {', '.join(s.name for s in shapes)})\n{text}"
-        self.writer.append("agent.check_kernel", iteration=i, payload={
+        self.writer.append(records.note_kind("check_kernel"), iteration=i, payload={
             "patch_sha256": hashlib.sha256(diff.encode()).hexdigest(), "shapes": [s.name for s in shapes],
             "text": text[:8000], "seconds": round(time.monotonic() - t0, 1)})
         return text
@@ -213,7 +214,7 @@ class KernelCampaign:
             if isinstance(got, GiveUp):
                 return self._finish(i, "invalid", f"gave up: {got.reason}", None)
             proposal = got
-            self.writer.append("iteration.hypothesis", iteration=i, payload={
+            self.writer.append(records.ITERATION_HYPOTHESIS, iteration=i, payload={
                 "hypothesis": got.hypothesis, "predicted_speedup": got.predicted_speedup, "source": got.source,
                 "proposer": self.proposer.name, "patch_format": got.patch_format})
             self.on_event("hypothesis", {"text": got.hypothesis})
@@ -227,7 +228,8 @@ class KernelCampaign:
         except (HarnessError, SandboxError) as exc:
             return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal)
         except Exception as exc:  # the loop boundary: record and move on
-            self.writer.append("error", iteration=i, payload={"type": type(exc).__name__, "message": str(exc)[:4000]})
+            self.writer.append(records.ERROR, iteration=i,
+                               payload={"type": type(exc).__name__, "message": str(exc)[:4000]})
             return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal)
 
     def _verify(self, i: int, proposal: Proposal) -> tuple[Outcome, str]:
@@ -239,7 +241,8 @@ class KernelCampaign:
         tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
         try:
             canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
-            self.writer.append("iteration.patch", iteration=i, payload={"diff": canonical, "base": self.incumbent_ref})
+            self.writer.append(records.ITERATION_PATCH, iteration=i,
+                               payload={"diff": canonical, "base": self.incumbent_ref})
             result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=f"it{i:03d}", roofline=False)
             ab = compare(result, a="A", b="B", stats=self.spec.stats,
                          expected_sha256={"A": _sha256(tree_a / self.kernel_file),
@@ -279,7 +282,7 @@ class KernelCampaign:
                            speedup_text=str(ab.overall),
                            shapes={n: {"speedup": vars(ci), "median_us_A": medians[n]["A"],
                                        "median_us_B": medians[n]["B"]} for n, ci in ab.shapes.items()})
-        self.writer.append("iteration.result", iteration=i, payload=payload)
+        self.writer.append(records.ITERATION_RESULT, iteration=i, payload=payload)
         entry = HistoryEntry(iteration=i, hypothesis=payload["hypothesis"], outcome=outcome,
                              speedup=payload.get("speedup_text"), predicted_speedup=payload["predicted_speedup"],
                              detail=reason[:MAX_HISTORY_DETAIL], source=payload["source"])
@@ -299,7 +302,8 @@ class KernelCampaign:
                          expected_sha256={"baseline": _sha256(tree_a / self.kernel_file),
                                           "best": _sha256(tree_b / self.kernel_file)})
         except (HarnessError, SandboxError) as exc:   # recorded; accepted commits stand on their own A/Bs
-            self.writer.append("error", payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
+            self.writer.append(records.ERROR,
+                               payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
             return None
         finally:
             ws.remove_copy(tree_a)
@@ -313,7 +317,7 @@ class KernelCampaign:
                    "baseline_ref": base_commit, "best_ref": self.incumbent_ref, "device": result["device"],
                    "roofline": result["roofline"], "tunables_before": self.baseline_tunables,
                    "tunables_after": read_tunables((ws.root / self.kernel_file).read_text()), "shapes": shapes}
-        self.writer.append("final.result", iteration=self.next_iteration, payload=payload)
+        self.writer.append(records.FINAL_RESULT, iteration=self.next_iteration, payload=payload)
         return payload
 
 
@@ -375,7 +379,7 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
         ws.repo.git.checkout("-q", "-b", branch)
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=limits)
         tunables = read_tunables((ws.root / spec.target.kernel_file).read_text())
-        writer.append("campaign.start", payload={
+        writer.append(records.CAMPAIGN_START, payload={
             "kind": "kernel", "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
             "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
@@ -396,7 +400,7 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
             stop = f"budget exhausted: {exc}"
         accepted = [h.iteration for h in camp.history if h.outcome == "accepted"]
         final = camp.final(base_commit) if accepted and spec.final_comparison else None
-        writer.append("campaign.end", payload={"stop_reason": stop, "incumbent": camp.incumbent_ref,
+        writer.append(records.CAMPAIGN_END, payload={"stop_reason": stop, "incumbent": camp.incumbent_ref,
                                                "iterations": len(camp.history), "accepted": accepted,
                                                "spent": dict(gate.spent), "final_outcome": final and final["outcome"]})
         writer.checkpoint()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.base import (
     MAX_HISTORY_DETAIL,
     MAX_HISTORY_PATCH,
@@ -142,10 +143,10 @@ class Campaign:
                                                                   env=self.spec.server.env)
         except HarnessError as exc:
             self.effective_serving = {}
-            self.writer.append("error", payload={"phase": "engine defaults", "type": type(exc).__name__,
+            self.writer.append(records.ERROR, payload={"phase": "engine defaults", "type": type(exc).__name__,
                                                  "message": str(exc)[:2000]})
             return
-        self.writer.append("engine.defaults", payload={"incumbent": self.incumbent_ref, "serving": config,
+        self.writer.append(records.ENGINE_DEFAULTS, payload={"incumbent": self.incumbent_ref, "serving": config,
                                                        "effective": self.effective_serving})
 
     # -- the loop -------------------------------------------------------------------------------
@@ -283,7 +284,7 @@ class Campaign:
         tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i, trial=self._trials(i))
         result = self.proposer.propose(self._state(i, pending), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
         if isinstance(result, Proposal):
-            self.writer.append("iteration.hypothesis", iteration=i, payload={
+            self.writer.append(records.ITERATION_HYPOTHESIS, iteration=i, payload={
                 "hypothesis": result.hypothesis, "predicted_speedup": result.predicted_speedup,
                 "target_cells": list(result.target_cells), "source": result.source, "proposer": self.proposer.name,
                 "patch_format": result.patch_format})
@@ -301,7 +302,7 @@ class Campaign:
         tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
         try:
             canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
-            self.writer.append("iteration.patch", iteration=i,
+            self.writer.append(records.ITERATION_PATCH, iteration=i,
                                payload={"diff": canonical, "base": self.incumbent_ref})
             # cache keys = content: A finds the incumbent's compiled graphs (the baseline's, or the accepted
             # candidate's); B's are its own, and become the next incumbent's if it is committed
@@ -356,7 +357,7 @@ class Campaign:
                     ports = self._gate_ports(job)
                 except ActionDenied:           # its PortInUse outcome stands
                     continue
-                self.writer.append("iteration.port_retry", iteration=job.iteration, payload={
+                self.writer.append(records.ITERATION_PORT_RETRY, iteration=job.iteration, payload={
                     "error": str(done[job.iteration].error)[:500], "ports": ports, "attempt": attempt})
                 self.on_event("progress", {"message": f"iteration {job.iteration}: a port was taken by another "
                                                      f"campaign; again on ports {sorted(ports.values())}"})
@@ -368,7 +369,7 @@ class Campaign:
         return [done[job.iteration] for job in jobs]
 
     def _record_retry(self, job: EvalJob, exc: BaseException) -> None:
-        self.writer.append("iteration.retry", iteration=job.iteration, payload={
+        self.writer.append(records.ITERATION_RETRY, iteration=job.iteration, payload={
             "attempt": job.attempt, "error": type(exc).__name__, "message": str(exc)[:2000],
             "next_attempt": job.attempt + 1})
         self.on_event("progress", {"message": f"iteration {job.iteration}: worker lost ({type(exc).__name__}); "
@@ -388,7 +389,7 @@ class Campaign:
         if isinstance(exc, (HarnessError, SandboxError, WorkerLost)):
             return "failed", f"{type(exc).__name__}: {exc}"
         # the loop boundary: record and move on, never crash the campaign
-        self.writer.append("error", payload={"type": type(exc).__name__, "message": str(exc)[:4000]}, iteration=i)
+        self.writer.append(records.ERROR, payload={"type": type(exc).__name__, "message": str(exc)[:4000]}, iteration=i)
         return "failed", f"{type(exc).__name__}: {exc}"
 
     def _settle(self, items: list[_Pending], evals: dict[int, EvalOutcome]) -> list[IterationOutcome]:
@@ -451,7 +452,7 @@ class Campaign:
         bench = job.bench.model_copy(update={"seed": job.bench.seed + CONFIRM_SEED_OFFSET,
                                              "repeats": job.bench.strong_repeats})
         assert screen.result is not None and screen.result.overall is not None
-        self.writer.append("iteration.confirm", iteration=i, payload={
+        self.writer.append(records.ITERATION_CONFIRM, iteration=i, payload={
             "screen_speedup": str(screen.result.overall), "seed": bench.seed, "order": "B first",
             "repeats": bench.repeats,
             "screen_cells": {label: str(ci) for label, ci in screen.result.headline().items()}})
@@ -473,7 +474,7 @@ class Campaign:
         is committed only when its confirmation passes too; then the confirmation is its evidence."""
         result, placement = evaluation.result, evaluation.placement
         assert result is not None and result.parity is not None
-        self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
+        self.writer.append(records.ITERATION_PARITY, iteration=i, payload=result.parity.to_json())
         if verdict is None:
             return self._finish(i, "parity-broken", result.parity.summary(), proposal=proposal, result=result,
                                 placement=placement)
@@ -487,7 +488,7 @@ class Campaign:
                                     proposal=proposal, result=result, placement=placement)
             result, placement = confirmation.outcome.result, confirmation.outcome.placement
             assert result is not None and result.parity is not None
-            self.writer.append("iteration.parity", iteration=i, payload=result.parity.to_json())
+            self.writer.append(records.ITERATION_PARITY, iteration=i, payload=result.parity.to_json())
             if not result.parity.ok or result.overall is None:
                 return self._finish(i, "parity-broken", f"confirmation: {result.parity.summary()}",
                                     proposal=proposal, result=result, placement=placement, screen=screen,
@@ -555,7 +556,7 @@ class Campaign:
                                  "ci_low": screen.overall.low, "ci_high": screen.overall.high,
                                  "cells": {label: str(ci) for label, ci in screen.headline().items()},
                                  "placement": dict(screen_placement or {})}
-        self.writer.append("iteration.result", iteration=i, payload=payload)
+        self.writer.append(records.ITERATION_RESULT, iteration=i, payload=payload)
         entry = HistoryEntry(iteration=i, hypothesis=proposal.hypothesis if proposal else "", outcome=outcome,
                              speedup=payload.get("speedup_text"),
                              predicted_speedup=proposal.predicted_speedup if proposal else None,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent import records
 from agent.environment import describe_environment
 from agent.measurements import HARNESS, Measurements
 from agent.spec import CampaignSpec
@@ -87,15 +88,14 @@ class ReplayResult:
 
 def claims(log_dir: Path) -> tuple[dict[str, Any], list[Claim], dict[str, Any]]:
     """The campaign start record, the accepted patches in order, and the baseline record."""
-    records = read_records(log_dir)
-    bodies = [(r, payload_of(log_dir, r)) for r in records]
-    start = next(b for r, b in bodies if r["kind"] == "campaign.start")
-    baseline = next(b for r, b in bodies if r["kind"] == "baseline.result")
-    patches = {int(r["iteration"]): b for r, b in bodies if r["kind"] == "iteration.patch"}
-    hyps = {int(r["iteration"]): b for r, b in bodies if r["kind"] == "iteration.hypothesis"}
+    bodies = [(r, payload_of(log_dir, r)) for r in read_records(log_dir)]
+    start = next(b for r, b in bodies if r["kind"] == records.CAMPAIGN_START)
+    baseline = next(b for r, b in bodies if r["kind"] == records.BASELINE_RESULT)
+    patches = {int(r["iteration"]): b for r, b in bodies if r["kind"] == records.ITERATION_PATCH}
+    hyps = {int(r["iteration"]): b for r, b in bodies if r["kind"] == records.ITERATION_HYPOTHESIS}
     out = []
     for r, b in bodies:
-        if r["kind"] == "iteration.result" and b.get("accepted"):
+        if r["kind"] == records.ITERATION_RESULT and b.get("accepted"):
             it = int(r["iteration"])
             cells = {label: per["headline"] for label, per in b.get("cells", {}).items()}
             out.append(Claim(iteration=it, diff=patches[it]["diff"], tree=str(b["tree"]), ratio=float(b["speedup"]),
@@ -158,7 +158,7 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
         progress(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
         return ok
 
-    start_records = [r for r in read_records(log_dir) if r.get("kind") == "campaign.start"]
+    start_records = [r for r in read_records(log_dir) if r.get("kind") == records.CAMPAIGN_START]
     spec = CampaignSpec.model_validate(payload_of(log_dir, start_records[0])["spec"]) if start_records else None
     # the spec's policy as it is now, and every policy ratchet shipped (the log may predate a change)
     policies = ([load_policy(spec.policy)] if spec and spec.policy.exists() else []) + known_policies()

@@ -14,6 +14,7 @@ from typing import Protocol
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from agent import records
 from agent.errors import ActionDenied
 from agent.gatekeeper import Gatekeeper
 from sandbox.errors import PatchRejected
@@ -156,4 +157,4 @@ class GatedTools:
         return self.gate.left(resource)
 
     def note(self, kind: str, payload: dict[str, object]) -> None:
-        self.gate.writer.append(f"agent.{kind}", payload=payload, iteration=self.iteration)
+        self.gate.writer.append(records.note_kind(kind), payload=payload, iteration=self.iteration)

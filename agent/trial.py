@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent import records
 from agent.gatekeeper import Gatekeeper
 from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_servers
@@ -132,7 +133,7 @@ class Trials:
         finally:
             for tree in trees:
                 ws.remove_copy(tree)
-        self.writer.append("agent.try_patch", iteration=iteration, payload=report.record(diff))
+        self.writer.append(records.note_kind("try_patch"), iteration=iteration, payload=report.record(diff))
         return report
 
     def _measure(self, a: Build, b: Build, cells: list[Cell], ports: dict[str, int], work: Path) -> ABResult:
