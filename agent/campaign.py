@@ -4,10 +4,7 @@ branch, the baseline (parity reference + grid), the final best-vs-baseline compa
 from __future__ import annotations
 
 import hashlib
-import json
-import secrets
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +12,6 @@ from typing import Any
 
 from agent import records
 from agent.base import Proposer
-from agent.environment import describe_environment
 from agent.errors import BudgetExhausted, CampaignError
 from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
@@ -23,6 +19,7 @@ from agent.incumbent_profile import profile_incumbent
 from agent.journal import read_journal
 from agent.loop import Campaign, Event
 from agent.measurements import HARNESS, Measurements
+from agent.opening import file_sha256, new_campaign_id, open_campaign
 from agent.server_gate import gate_server
 from agent.spec import CampaignSpec, SpecError
 from audit import AuditWriter, write_report
@@ -92,10 +89,6 @@ def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "",
     return Ending("improved", f"best vs stock {final.overall} (lower bound above 1.0); {final.parity.summary()}")
 
 
-def new_campaign_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
 def _limits(spec: CampaignSpec) -> dict[str, float]:
     b = spec.budget
     limits = {"llm_tokens": b.llm_tokens, "llm_usd": float(b.llm_usd), "wall_seconds": b.wall_seconds,
@@ -121,15 +114,11 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
     writer.append(records.BASELINE_RESULT, iteration=0, payload={
         "cells": rows, "startup_s": grid.startup_s, "evidence": grid.evidence, "ref": build.ref,
         "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
-        "reference_sha256": _sha256(log_dir / REFERENCE_FILE),
+        "reference_sha256": file_sha256(log_dir / REFERENCE_FILE),
         # the weights the reference was recorded from (a GPU host may train its own parity checkpoint)
         "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model)})
     writer.checkpoint()
     return grid.generations, rows
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def checkpoint_digest(model: Path) -> dict[str, str]:
@@ -193,25 +182,15 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     check_runnable(spec)
     spec = with_resolved_sandbox(spec, proposer.name)
     preflight(spec.executor)
-    campaign_id = new_campaign_id(spec.name)
-    log_dir = (log_root / campaign_id).resolve()
-    ws_dir = (workspace_root / campaign_id).resolve()
-    policy = load_policy(spec.policy)
     measurement = measure.digest()   # before anything of the target runs
-    with AuditWriter.open(log_dir, campaign=campaign_id,
-                          header={"isolation": isolation_label(spec.sandbox)}) as writer:
-        source = spec.target_source()
-        ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
-                              source=source)
-        branch = f"ratchet/{campaign_id}"
-        ws.repo.git.checkout("-q", "-b", branch)
-        gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec))
-        writer.append(records.CAMPAIGN_START, payload={
-            "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
-            "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
-            "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
-            "environment": describe_environment(), "isolation": isolation_label(spec.sandbox),
-            "measurement_sha256": measurement.sha256})
+    isolation = isolation_label(spec.sandbox)
+    with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy, log_root=log_root,
+                       workspace_dir=None, workspace_root=workspace_root, package=spec.target.package,
+                       source=spec.target_source(), serving=spec.server.engine_args, limits=_limits(spec),
+                       proposer=proposer.name, header={"isolation": isolation},
+                       start=lambda ws: {"isolation": isolation, "measurement_sha256": measurement.sha256}) as opened:
+        campaign_id, log_dir, writer, ws, branch, gate = (opened.campaign_id, opened.log_dir, opened.writer,
+                                                          opened.workspace, opened.branch, opened.gate)
         executor = _executor(spec, writer, measure)   # before the baseline: a cluster that is not there fails fast
         try:
             reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
@@ -275,7 +254,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                 reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                             log_dir=log_dir, on_event=on_event, measure=measure)
             else:
-                if _sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
+                if file_sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
                     raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
                 reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
                 rows = list(journal.baseline["cells"])

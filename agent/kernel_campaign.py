@@ -11,7 +11,6 @@ benchmark client, and the baseline and final evaluations also measure the GPU's 
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import secrets
 import time
@@ -31,11 +30,11 @@ from agent.base import (
     Proposal,
     Proposer,
 )
-from agent.environment import describe_environment
 from agent.errors import ActionDenied, BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
 from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
+from agent.opening import file_sha256, open_campaign
 from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
@@ -44,7 +43,6 @@ from harness.kernel.compare import KernelAB, compare, failures_of
 from harness.kernel.config import ShapeConfig
 from harness.kernel.evaluate import RESULT, runner_argv, runner_env
 from harness.kernel.protocol import EvalRequest
-from policies import load_policy
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
@@ -63,10 +61,6 @@ class KernelEnd:
     baseline: dict[str, Any]            # the baseline.result payload
     final: dict[str, Any] | None        # the final.result payload (baseline vs best), when one ran
     history: list[HistoryEntry]
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _checks(entry: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +111,7 @@ class KernelCampaign:
         result = self.measure.kernel(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
         self.writer.append(records.KERNEL_EVALUATION, iteration=iteration, payload={
             "name": name, "seed": request.seed, "result_file": str((work / RESULT).relative_to(self.log_dir)),
-            "result_sha256": _sha256(work / RESULT), "device": result["device"], "roofline": result["roofline"],
+            "result_sha256": file_sha256(work / RESULT), "device": result["device"], "roofline": result["roofline"],
             "builds": result["builds"],
             "shapes": {n: {tag: _checks(e) for tag, e in sh["builds"].items()} for n, sh in result["shapes"].items()}})
         return result
@@ -192,7 +186,7 @@ class KernelCampaign:
             Workspace.open(tree_b, ws.package).apply_patch(diff)
             result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=name, roofline=False, shapes=shapes)
             text = _check_text(result, compare(result, a="A", b="B", stats=self.spec.stats, expected_sha256={
-                "A": _sha256(tree_a / self.kernel_file), "B": _sha256(tree_b / self.kernel_file)}))
+                "A": file_sha256(tree_a / self.kernel_file), "B": file_sha256(tree_b / self.kernel_file)}))
         except (HarnessError, SandboxError, PatchRejected) as exc:
             text = f"correctness: not known\nhint: none\nerror: {type(exc).__name__}: {str(exc)[:4000]}"
         finally:
@@ -245,8 +239,8 @@ class KernelCampaign:
                                payload={"diff": canonical, "base": self.incumbent_ref})
             result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=f"it{i:03d}", roofline=False)
             ab = compare(result, a="A", b="B", stats=self.spec.stats,
-                         expected_sha256={"A": _sha256(tree_a / self.kernel_file),
-                                          "B": _sha256(tree_b / self.kernel_file)})
+                         expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
+                                          "B": file_sha256(tree_b / self.kernel_file)})
         finally:
             ws.remove_copy(tree_a)
             ws.remove_copy(tree_b)
@@ -299,8 +293,8 @@ class KernelCampaign:
             result = self.evaluate({"baseline": tree_a, "best": tree_b}, iteration=self.next_iteration,
                                    name="final", roofline=True)
             ab = compare(result, a="baseline", b="best", stats=self.spec.stats,
-                         expected_sha256={"baseline": _sha256(tree_a / self.kernel_file),
-                                          "best": _sha256(tree_b / self.kernel_file)})
+                         expected_sha256={"baseline": file_sha256(tree_a / self.kernel_file),
+                                          "best": file_sha256(tree_b / self.kernel_file)})
         except (HarnessError, SandboxError) as exc:   # recorded; accepted commits stand on their own A/Bs
             self.writer.append(records.ERROR,
                                payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
@@ -357,33 +351,27 @@ def _check_text(result: dict[str, Any], ab: KernelAB) -> str:
     return "\n".join([head, *lines, hint])
 
 
-def new_campaign_id(name: str) -> str:
-    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-
-
 def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, workspace_root: Path,
                           on_event: Event = lambda k, d: None, proposer: Proposer | None = None,
                           measure: Measurements = HARNESS) -> KernelEnd:
     """`proposer`: default the tunables search of `proposer.search`; an LLMProposer for `--proposer llm`.
     `measure`: the seam its evaluations go through (agent/measurements.py)."""
-    campaign_id = new_campaign_id(spec.name)
-    log_dir = (log_root / campaign_id).resolve()
-    policy = load_policy(spec.policy)
     limits = {"wall_seconds": spec.budget.wall_seconds, "llm_tokens": spec.budget.llm_tokens,
               "llm_usd": spec.budget.llm_usd, "trials": spec.budget.trials}
     proposer = proposer or KernelSearchProposer(spec.proposer.search, kernel_file=spec.target.kernel_file)
-    with AuditWriter.open(log_dir, campaign=campaign_id) as writer:
-        ws = Workspace.create(spec.workspace_dir(workspace_root, campaign_id), serving={},
-                              package=spec.target.package, source=spec.target.source)
-        branch = f"ratchet/{campaign_id}"
-        ws.repo.git.checkout("-q", "-b", branch)
-        gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=limits)
-        tunables = read_tunables((ws.root / spec.target.kernel_file).read_text())
-        writer.append(records.CAMPAIGN_START, payload={
-            "kind": "kernel", "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
-            "workspace": str(ws.root), "branch": branch, "proposer": proposer.name, "base_commit": ws.head(),
-            "base_tree": ws.tree_hash(), "policy_path": str(spec.policy), "policy_sha256": gate.policy_sha256,
-            "kernel_file": spec.target.kernel_file, "tunables": tunables, "environment": describe_environment()})
+
+    def tunables_of(ws: Workspace) -> dict[str, int]:
+        return read_tunables((ws.root / spec.target.kernel_file).read_text())
+
+    with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy, log_root=log_root,
+                       workspace_dir=spec.target.workspace, workspace_root=workspace_root,
+                       package=spec.target.package, source=spec.target.source, serving={}, limits=limits,
+                       proposer=proposer.name,
+                       start=lambda ws: {"kind": "kernel", "kernel_file": spec.target.kernel_file,
+                                         "tunables": tunables_of(ws)}) as opened:
+        campaign_id, log_dir, writer, ws, branch, gate = (opened.campaign_id, opened.log_dir, opened.writer,
+                                                          opened.workspace, opened.branch, opened.gate)
+        tunables = tunables_of(ws)
         if spec.device == "cuda":
             gate.require({"kind": "use_gpu", "devices": 1, "minutes": spec.budget.wall_seconds / 60}, iteration=0)
         camp = KernelCampaign(spec=spec, campaign_id=campaign_id, log_dir=log_dir, writer=writer, gate=gate,

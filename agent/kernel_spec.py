@@ -96,9 +96,6 @@ class KernelSpec(BaseModel):
             raise ValueError("interpret: true runs Triton's interpreter on CPU tensors; set device: cpu")
         return self
 
-    def workspace_dir(self, workspaces: Path, campaign_id: str) -> Path:
-        return (self.target.workspace or workspaces / campaign_id).resolve()
-
 
 def is_kernel_spec(path: Path) -> bool:
     """Whether the file asks for a kernel campaign (`target.kind: kernel`); dispatchers use this."""
