@@ -67,7 +67,7 @@ def test_a_parallel_campaign_survives_a_killed_worker_and_its_log_verifies(tmp_p
                 "profile_baseline: false\n"
                 f"executor: {{kind: ray, slots: 2, ray: {{address: '{ray_cluster}', num_cpus: 1, "
                 "resources: {ratchet_slot: 1}, max_retries: 1}}")
-    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}", name="ray", sandbox=UNISOLATED)
+    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}", name="ray", extra=UNISOLATED)
     logs = tmp_path / "logs"
     stop, killed = threading.Event(), []
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", str(spec), "--log-dir", str(logs),
