@@ -48,10 +48,15 @@ setup_sandbox() {
 }
 
 [[ -f "$stamp" ]] || setup_venv
+if [[ "$mode" == "test" ]]; then
+  # the MLflow export's tests use a real store and a real tracking server. Installed before the sandbox image
+  # is built: the image is a copy of this venv, and the Docker backend runs only an image built from the venv
+  # as it is (its inputs hash), so a package added afterwards would leave no image to run.
+  "$venv/bin/python" -c "import mlflow" 2>/dev/null || "$venv/bin/pip" install -q -e '.[mlflow]'
+fi
 setup_sandbox
 if [[ "$mode" == "test" ]]; then
-  # the MLflow export's tests use a real store and a real tracking server; the report's, a real browser
-  "$venv/bin/python" -c "import mlflow" 2>/dev/null || "$venv/bin/pip" install -q -e '.[mlflow]'
+  # the report's tests use a real browser
   if ! command -v chromium >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
       || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

@@ -19,6 +19,7 @@ unreachable from the host, so it is rewritten to 0.0.0.0 (only the launch's own 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import secrets
@@ -47,6 +48,7 @@ __all__ = [
     "leftover_containers",
     "check_readable",
     "reap_containers_under",
+    "resolve_image",
 ]
 
 LABEL = "ratchet.sandbox"  # every container and network we create carries it
@@ -451,6 +453,39 @@ def _stream_logs(container: Any, log_path: Path) -> None:
         pass
 
 
+@functools.cache
+def _this_venv_inputs() -> str:
+    """The inputs hash `ratchet sandbox build` gives an image built from this process's venv (cached: it reads
+    every installed distribution's RECORD)."""
+    from sandbox.image_build import plan_build
+
+    return plan_build().inputs_hash
+
+
+def resolve_image(client: Any, name: str, *, venv_inputs: Any = _this_venv_inputs) -> Any:
+    """The image to run for `name`. An image that `ratchet sandbox build` made carries `ratchet.inputs` and holds
+    a copy of the venv it was built from, which the candidate servers run. Two checkouts on one host share the
+    tag, so the tag may point at the other checkout's build (its servers then import the wrong trees): the
+    image built from this venv is the one to run, whatever the tag points at. An image without the label (a
+    vLLM CUDA image, say) runs as named. Raises docker's ImageNotFound when `name` is absent."""
+    image = client.images.get(name)
+    built_from = (image.labels or {}).get("ratchet.inputs")
+    if built_from is None:
+        return image
+    want = venv_inputs()
+    if built_from == want:
+        return image
+    from sandbox.image_build import find_image
+
+    match = find_image(client, want)
+    if match is not None:
+        return match
+    raise BackendUnavailable(
+        f"docker image {name} was built from another venv (ratchet.inputs {built_from}; this venv's is {want}), "
+        "e.g. by another checkout on this host; candidate servers would run that venv's copy. Run "
+        "`ratchet sandbox build` with this venv")
+
+
 class DockerBackend:
     """`start()` runs a Launch in a fresh container on a fresh internal network; see the module doc."""
 
@@ -477,7 +512,7 @@ class DockerBackend:
         import docker.errors
 
         try:
-            image = self.client.images.get(self.image)
+            image = resolve_image(self.client, self.image)
         except docker.errors.ImageNotFound as exc:
             raise BackendUnavailable(
                 f"docker image {self.image} not found; build it with `ratchet sandbox build`"

@@ -33,12 +33,11 @@ def _legacy(config: Any) -> str:
 
 
 def _docker_ready(image: str) -> str | None:
-    """None when dockerd answers and holds `image`; else why not."""
+    """None when dockerd answers and holds `image` built from this venv (or a user's own image); else why not."""
     try:
-        from sandbox.docker_backend import connect
+        from sandbox.docker_backend import connect, resolve_image
 
-        client = connect()
-        client.images.get(image)
+        resolve_image(connect(), image)
     except BackendUnavailable as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - ImageNotFound or an API error: docker cannot run it

@@ -52,7 +52,7 @@ class Check:
 def _client_checks(image: str) -> list[Check]:
     from sandbox.docker_backend import connect
     from sandbox.errors import BackendUnavailable
-    from sandbox.image_build import plan_build
+    from sandbox.image_build import find_image, plan_build
 
     checks: list[Check] = []
     try:
@@ -80,16 +80,21 @@ def _client_checks(image: str) -> list[Check]:
     detail = f"{image} {img.id[:19]} {versions}"
     checks.append(Check("image", True, detail))
     current = plan_build().inputs_hash
-    fresh = labels.get("ratchet.inputs") == current
+    built_from = labels.get("ratchet.inputs")
+    own = find_image(client, current) if built_from not in (None, current) else None
+    if built_from in (None, current):
+        detail = "same inputs hash" if built_from else "no ratchet.inputs label: a user's own image, run as named"
+    elif own is not None:
+        detail = (f"the tag points at another venv's build ({built_from}); campaigns run {own.id[:19]}, built "
+                  "from this venv")
+    else:
+        detail = f"built from other inputs ({built_from} != {current}), and no image is built from this venv"
     checks.append(
         Check(
             "image matches venv",
-            fresh,
-            "same inputs hash"
-            if fresh
-            else f"built from other inputs ({labels.get('ratchet.inputs', 'none')} != {current})",
-            "ratchet sandbox build (the venv's packages changed)",
-            required=False,
+            built_from in (None, current) or own is not None,
+            detail,
+            "ratchet sandbox build (the venv's packages changed, or another checkout built the tag)",
         )
     )
     from sandbox.docker_backend import leftover_containers

@@ -131,3 +131,56 @@ def test_an_image_without_the_python_label_uses_python3_from_its_path(tmp_path: 
     )
     assert a["command"][0] == "python3"
     assert a["environment"]["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+class _Image:
+    def __init__(self, image_id: str, inputs: str | None) -> None:
+        self.id = image_id
+        self.labels = {"ratchet.inputs": inputs} if inputs else {}
+
+
+class _Images:
+    """docker's images API as resolve_image uses it: get by name, list by label."""
+
+    def __init__(self, tags: dict[str, _Image], all_images: list[_Image]) -> None:
+        self.tags, self.all = tags, all_images
+
+    def get(self, name: str) -> _Image:
+        import docker.errors
+
+        if name not in self.tags:
+            raise docker.errors.ImageNotFound(name)
+        return self.tags[name]
+
+    def list(self, filters: dict[str, str]) -> list[_Image]:
+        want = filters["label"].removeprefix("ratchet.inputs=")
+        return [i for i in self.all if i.labels.get("ratchet.inputs") == want]
+
+
+class _Client:
+    def __init__(self, tags: dict[str, _Image], all_images: list[_Image]) -> None:
+        self.images = _Images(tags, all_images)
+
+
+def test_the_image_built_from_this_venv_runs_even_when_another_checkout_moved_the_tag() -> None:
+    import docker.errors
+
+    from sandbox.docker_backend import resolve_image
+    from sandbox.errors import BackendUnavailable
+
+    ours, theirs = _Image("sha256:ours", "aaaa"), _Image("sha256:theirs", "bbbb")
+    mine = lambda: "aaaa"  # noqa: E731 - this venv's inputs hash
+    assert resolve_image(_Client({"ratchet-sandbox:cpu": ours}, [ours, theirs]), "ratchet-sandbox:cpu",
+                         venv_inputs=mine) is ours
+    # another clone's `ratchet sandbox build` moved the shared tag: ours is still found by its label
+    assert resolve_image(_Client({"ratchet-sandbox:cpu": theirs}, [ours, theirs]), "ratchet-sandbox:cpu",
+                         venv_inputs=mine) is ours
+    # and when no image was built from this venv, the servers would run another venv: refused, with the fix
+    with pytest.raises(BackendUnavailable, match="ratchet sandbox build"):
+        resolve_image(_Client({"ratchet-sandbox:cpu": theirs}, [theirs]), "ratchet-sandbox:cpu", venv_inputs=mine)
+    # a user's own image (no label: a vLLM CUDA image) runs as named, and an absent one says so
+    cuda = _Image("sha256:cuda", None)
+    assert resolve_image(_Client({"vllm/vllm-openai:v0.26.0": cuda}, [cuda]), "vllm/vllm-openai:v0.26.0",
+                         venv_inputs=mine) is cuda
+    with pytest.raises(docker.errors.ImageNotFound):
+        resolve_image(_Client({}, []), "ratchet-sandbox:cpu", venv_inputs=mine)

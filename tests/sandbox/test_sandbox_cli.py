@@ -39,3 +39,28 @@ def test_build_is_skipped_when_an_image_with_the_same_inputs_exists(
     assert main(["sandbox", "build"]) == 0
     assert "already built" in capsys.readouterr().out
     assert time.monotonic() - started < 60
+
+
+def test_a_tag_moved_to_another_venvs_build_still_runs_this_venvs_image(sandbox_image: str,
+                                                                       docker_client: object) -> None:
+    """Two checkouts on one host share the tag: when the other one's build holds it, the backend still runs
+    the image built from this venv (found by its ratchet.inputs label), and the doctor says so."""
+    import io
+    import tarfile
+
+    from sandbox.docker_backend import resolve_image
+    from sandbox.image_build import find_image, plan_build
+
+    ours = find_image(docker_client, plan_build().inputs_hash)
+    if ours is None:
+        pytest.skip("no image is built from this venv; `ratchet sandbox build` first")
+    empty = io.BytesIO()
+    tarfile.open(fileobj=empty, mode="w").close()
+    api = docker_client.api  # type: ignore[attr-defined]
+    api.import_image_from_data(empty.getvalue(), repository="ratchet-test-moved", tag="cpu",
+                               changes=['LABEL ratchet.inputs="another-venv"'])
+    try:
+        assert resolve_image(docker_client, "ratchet-test-moved:cpu").id == ours.id
+        assert main(["sandbox", "doctor", "--image", "ratchet-test-moved:cpu"]) == 0
+    finally:
+        docker_client.images.remove("ratchet-test-moved:cpu", force=True)  # type: ignore[attr-defined]
