@@ -43,6 +43,7 @@ from harness.kernel.compare import KernelAB, compare, failures_of
 from harness.kernel.config import ShapeConfig
 from harness.kernel.evaluate import RESULT, runner_argv, runner_env
 from harness.kernel.protocol import EvalRequest
+from harness.stats import regressed_cells
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
@@ -104,7 +105,8 @@ class KernelCampaign:
         self.gate.require({"kind": "run_command", "argv": runner_argv(work),
                            "env": runner_env(interpret=self.spec.interpret)}, iteration=iteration)
         s = self.spec
-        request = EvalRequest(builds=builds, module=self.kernel_file, entry=s.target.entry, shapes=shapes or s.shapes,
+        request = EvalRequest(builds=builds, module=self.kernel_file, entry=s.target.entry,
+                              interface=s.target.interface, shapes=shapes or s.shapes,
                               correctness=s.correctness, timing=s.timing, roofline=s.roofline if roofline else None,
                               device=s.device, dtype=s.dtype, seed=secrets.randbits(31))
         self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
@@ -134,6 +136,50 @@ class KernelCampaign:
         self.writer.checkpoint()
         return payload
 
+    def prelude(self, patch: str) -> dict[str, Any]:
+        """The spec's prelude (e.g. vLLM's launch parameters named as tunables at values that keep its behaviour)
+        against the incumbent (the stock file), gated and measured like a candidate. It is kept when it is
+        correct on every shape and no shape regresses past the guard: it need not be faster. A prelude that
+        fails is a campaign error: the search would then have no tunables to move."""
+        ws = self.workspace
+        diff = to_unified_diff(ws.root, patch, "diff")
+        self.gate.require({"kind": "patch", "diff": diff}, iteration=0)
+        work = self.log_dir / "runs" / "prelude"
+        tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
+        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
+        try:
+            canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
+            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=0, name="prelude", roofline=False)
+            ab = compare(result, a="A", b="B", stats=self.spec.stats,
+                         expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
+                                          "B": file_sha256(tree_b / self.kernel_file)})
+        finally:
+            ws.remove_copy(tree_a)
+            ws.remove_copy(tree_b)
+        regressed = regressed_cells(ab.shapes, self.spec.stats)
+        kept = ab.correct and ab.outcome != "quarantined" and not regressed
+        reason = ab.reason if not kept and not regressed else (
+            f"shapes regressed past the guard: {'; '.join(regressed)}" if regressed else "correct on every shape, "
+            "no shape regressed")
+        payload: dict[str, Any] = {"kept": kept, "reason": reason, "diff": canonical, "base": self.incumbent_ref,
+                                   "overall": vars(ab.overall) if ab.overall else None,
+                                   "shapes": {n: vars(ci) for n, ci in ab.shapes.items()}}
+        if kept:
+            ws.apply_patch(diff)
+            self.incumbent_ref = ws.commit(
+                f"ratchet: prelude\n\n{Path(self.spec.target.prelude or 'prelude').name}: {reason}\n\n"
+                f"Ratchet-Campaign: {self.campaign_id}\nRatchet-Prelude: {ab.overall}\n"
+                f"Ratchet-Audit-Seq: {self.writer.next_seq}")
+            payload["commit"] = self.incumbent_ref
+            self.baseline_tunables = read_tunables((ws.root / self.kernel_file).read_text())
+            payload["tunables"] = self.baseline_tunables
+        self.writer.append(records.PRELUDE_RESULT, iteration=0, payload=payload)
+        self.writer.checkpoint()
+        if not kept:
+            raise CampaignError(f"the prelude patch {self.spec.target.prelude} was not kept: {reason[:600]} "
+                                f"(log: {self.log_dir})")
+        return payload
+
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> str:
         budget, last = self.spec.budget, 0.0
@@ -161,6 +207,7 @@ class KernelCampaign:
                              budget_left={r: self.gate.left(r) for r in SHOWN_BUDGETS},
                              allowed_paths=(self.kernel_file,), target="kernel",
                              environment={"kernel file": self.kernel_file, "entry": self.spec.target.entry,
+                                          "interface": self.spec.target.interface,
                                           "device": self.spec.device, "dtype": self.spec.dtype,
                                           "shapes": "; ".join(f"{s.name}: {s.model_dump(exclude_none=True)}"
                                                               for s in self.spec.shapes)})
@@ -289,6 +336,7 @@ class KernelCampaign:
         ws, work = self.workspace, self.log_dir / "runs" / "final"
         tree_a = ws.checkout_copy(base_commit, work / "tree-baseline")
         tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-best")
+        tunables_before = read_tunables((tree_a / self.kernel_file).read_text())
         try:
             result = self.evaluate({"baseline": tree_a, "best": tree_b}, iteration=self.next_iteration,
                                    name="final", roofline=True)
@@ -309,7 +357,8 @@ class KernelCampaign:
                             "speedup": vars(ab.shapes[name]) if name in ab.shapes else None}
         payload = {"outcome": ab.outcome, "reason": ab.reason, "overall": vars(ab.overall) if ab.overall else None,
                    "baseline_ref": base_commit, "best_ref": self.incumbent_ref, "device": result["device"],
-                   "roofline": result["roofline"], "tunables_before": self.baseline_tunables,
+                   "roofline": result["roofline"],
+                   "tunables_before": tunables_before,
                    "tunables_after": read_tunables((ws.root / self.kernel_file).read_text()), "shapes": shapes}
         self.writer.append(records.FINAL_RESULT, iteration=self.next_iteration, payload=payload)
         return payload
@@ -363,12 +412,12 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
     def tunables_of(ws: Workspace) -> dict[str, int]:
         return read_tunables((ws.root / spec.target.kernel_file).read_text())
 
-    with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy, log_root=log_root,
+    with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy_file, log_root=log_root,
                        workspace_dir=spec.target.workspace, workspace_root=workspace_root,
-                       package=spec.target.package, source=spec.target.source, serving={}, limits=limits,
+                       package=spec.target.package, source=spec.target.source_dir, serving={}, limits=limits,
                        proposer=proposer.name,
                        start=lambda ws: {"kind": "kernel", "kernel_file": spec.target.kernel_file,
-                                         "tunables": tunables_of(ws)}) as opened:
+                                         "interface": spec.target.interface, "tunables": tunables_of(ws)}) as opened:
         campaign_id, log_dir, writer, ws, branch, gate = (opened.campaign_id, opened.log_dir, opened.writer,
                                                           opened.workspace, opened.branch, opened.gate)
         tunables = tunables_of(ws)
@@ -381,6 +430,8 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
         t0 = time.monotonic()
         baseline = camp.baseline()
         base_commit = camp.incumbent_ref
+        if spec.target.prelude is not None:
+            camp.prelude(spec.target.prelude.read_text())
         try:
             camp.gate.spend("wall_seconds", time.monotonic() - t0, iteration=0)
             stop = camp.run()

@@ -20,26 +20,53 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 import policies
 from agent.spec import BudgetConfig, LLMSettings, SearchConfig, SpecError, format_spec_error, read_spec_file
 from harness.config import StatsConfig
-from harness.kernel.config import CorrectnessConfig, RooflineConfig, ShapeConfig, TimingConfig
+from harness.kernel.config import CorrectnessConfig, Interface, RooflineConfig, ShapeConfig, TimingConfig
 
 __all__ = ["KernelTarget", "KernelProposerConfig", "KernelSpec", "is_kernel_spec", "load_kernel_spec",
-           "KERNEL_POLICY"]
+           "KERNEL_POLICY", "VLLM_KERNEL_POLICY"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 KERNEL_POLICY = Path(policies.__file__).resolve().parent / "kernel.yaml"
+VLLM_KERNEL_POLICY = Path(policies.__file__).resolve().parent / "vllm-kernel.yaml"
 
 
 class KernelTarget(BaseModel):
     model_config = _STRICT
     kind: Literal["kernel"]
-    source: Path = Field(description="the kernel folder; copied whole into the campaign's git workspace")
+    interface: Interface = Field(
+        default="contiguous", description="how the harness calls the entry (harness/kernel/interfaces.py): "
+        "ratchet's contiguous-KV contract, or vLLM's unified attention as its TRITON_ATTN backend calls it")
+    source: Path | None = Field(
+        default=None, description="the kernel folder, copied whole into the campaign's git workspace; for "
+                                  "vllm-unified-attention the vllm package folder (default: the installed vLLM)")
     module: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.py$", description="the kernel file inside source")
     entry: str = Field(default="attention", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    prelude: Path | None = Field(
+        default=None, description="a patch to the kernel file applied once before the search, e.g. one that names "
+        "vLLM's launch parameters as `NAME = int` tunables at values that keep its behaviour: gated, checked and "
+        "timed against the stock file like a candidate, kept only if correct on every shape and no shape "
+        "regresses; the final comparison is always against the stock file")
     workspace: Path | None = Field(default=None, description="default: <workspaces>/<campaign-id>")
+
+    @model_validator(mode="after")
+    def _source(self) -> KernelTarget:
+        if self.source is None and self.interface == "contiguous":
+            raise ValueError("source: the kernel folder is required (only vllm-unified-attention defaults to the "
+                             "installed vLLM)")
+        return self
+
+    @property
+    def source_dir(self) -> Path:
+        """The folder copied into the workspace: `source`, or the installed vllm package."""
+        if self.source is not None:
+            return self.source
+        from sandbox.workspace import installed_package_dir
+
+        return installed_package_dir("vllm")
 
     @property
     def package(self) -> str:
-        return self.source.name
+        return self.source.name if self.source is not None else "vllm"
 
     @property
     def kernel_file(self) -> str:
@@ -81,7 +108,8 @@ class KernelSpec(BaseModel):
     timing: TimingConfig = TimingConfig()
     roofline: RooflineConfig | None = RooflineConfig()
     stats: StatsConfig = StatsConfig()
-    policy: Path = Field(default=KERNEL_POLICY, description="policy file; relative to the spec file")
+    policy: Path | None = Field(default=None, description="policy file, relative to the spec file (default: "
+                                "policies/kernel.yaml, or policies/vllm-kernel.yaml for vLLM's kernel)")
     proposer: KernelProposerConfig = KernelProposerConfig()
     budget: BudgetConfig = BudgetConfig()
     runner_timeout_s: float = Field(default=600.0, gt=0, description="one evaluation (runner process) at most")
@@ -94,7 +122,15 @@ class KernelSpec(BaseModel):
             raise ValueError(f"shape names must be unique, got {names}")
         if self.interpret and self.device != "cpu":
             raise ValueError("interpret: true runs Triton's interpreter on CPU tensors; set device: cpu")
+        if self.target.interface == "vllm-unified-attention" and self.target.package != "vllm":
+            raise ValueError("target.source: vllm-unified-attention needs the vllm package folder (…/vllm)")
         return self
+
+    @property
+    def policy_file(self) -> Path:
+        if self.policy is not None:
+            return self.policy
+        return VLLM_KERNEL_POLICY if self.target.interface == "vllm-unified-attention" else KERNEL_POLICY
 
 
 def is_kernel_spec(path: Path) -> bool:
@@ -110,7 +146,7 @@ def load_kernel_spec(path: Path) -> KernelSpec:
     if not (isinstance(target, dict) and target.get("kind") == "kernel"):
         raise SpecError(f"{path}: not a kernel spec (target.kind is not 'kernel'); run it with `ratchet run`")
     base = path.resolve().parent
-    for block, key in ((data, "policy"), (target, "source"), (target, "workspace")):
+    for block, key in ((data, "policy"), (target, "source"), (target, "workspace"), (target, "prelude")):
         if isinstance(block.get(key), str):
             p = Path(str(block[key])).expanduser()
             block[key] = str(p if p.is_absolute() else (base / p).resolve())

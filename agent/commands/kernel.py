@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
         return EXIT_HARNESS
     anchor = anchor_path(default_anchor_dir(default_key_path()), end.campaign_id)
-    checked = verify(end.log_dir, redecide=redecider([load_policy(spec.policy)]),
+    checked = verify(end.log_dir, redecide=redecider([load_policy(spec.policy_file)]),
                      anchor=anchor if anchor.exists() else None)
     summary = summarize(end, checked)
     text = render_markdown(summary)

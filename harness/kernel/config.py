@@ -10,10 +10,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["ShapeConfig", "CorrectnessConfig", "TimingConfig", "RooflineConfig"]
+__all__ = ["ShapeConfig", "CorrectnessConfig", "TimingConfig", "RooflineConfig", "Interface", "INTERFACES"]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 PositiveInt = Annotated[int, Field(gt=0)]
+# How the harness calls a kernel (harness/kernel/interfaces.py): ratchet's contiguous-KV contract, or vLLM's
+# unified attention as its TRITON_ATTN backend calls it.
+Interface = Literal["contiguous", "vllm-unified-attention"]
+INTERFACES: tuple[str, ...] = ("contiguous", "vllm-unified-attention")
 
 
 class ShapeConfig(BaseModel):
@@ -30,6 +34,9 @@ class ShapeConfig(BaseModel):
     head_dim: PositiveInt = 256
     sliding_window: PositiveInt | None = None
     softcap: Annotated[float, Field(gt=0)] | None = None
+    block_size: Annotated[int, Field(ge=16, multiple_of=16)] = Field(
+        default=16, description="tokens per KV-cache block for paged interfaces (vLLM's default, 16); "
+                                "contiguous kernels ignore it")
 
     @model_validator(mode="after")
     def _consistent(self) -> ShapeConfig:
@@ -70,6 +77,9 @@ class TimingConfig(BaseModel):
     flush_l2: bool = Field(default=True, description="overwrite a buffer of twice the L2 before every timed call")
     hide_launch_overhead: bool = Field(
         default=True, description="queue a spin kernel before each start event: time device work, not host launches")
+    cuda_graph: Literal["never", "decode", "always"] = Field(
+        default="never", description="time replays of a CUDA graph of the call (decode: q_len-1 shapes only), as "
+                                     "vLLM runs decode steps; the checks still call the kernel directly")
 
 
 class RooflineConfig(BaseModel):

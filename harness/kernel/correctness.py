@@ -18,11 +18,12 @@ from typing import Any
 import torch
 
 from harness.kernel.config import CorrectnessConfig, ShapeConfig
+from harness.kernel.interfaces import Interface, VllmBackendConstants, bind
 from harness.kernel.reference import reference_attention
 
 __all__ = ["CheckResult", "KernelFn", "make_inputs", "check_kernel", "OutputGuard"]
 
-KernelFn = Callable[..., Any]   # attention(q, k, v, out, *, scale, sliding_window, softcap) -> None
+KernelFn = Callable[..., Any]   # called as its interface says (harness/kernel/interfaces.py)
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,6 @@ def make_inputs(shape: ShapeConfig, *, dtype: torch.dtype, device: torch.device,
     return q, k, v
 
 
-def call_kernel(fn: KernelFn, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                shape: ShapeConfig) -> None:
-    fn(q, k, v, out, scale=shape.scale, sliding_window=shape.sliding_window, softcap=shape.softcap)
-
-
 def _compare(out: torch.Tensor, ref: torch.Tensor, cfg: CorrectnessConfig) -> tuple[list[str], float, float]:
     failures = []
     diff = out.to(ref.dtype) - ref
@@ -79,19 +75,24 @@ def _compare(out: torch.Tensor, ref: torch.Tensor, cfg: CorrectnessConfig) -> tu
 
 
 def check_kernel(fn: KernelFn, shape: ShapeConfig, cfg: CorrectnessConfig, *, dtype: torch.dtype,
-                 device: torch.device, seed: int) -> CheckResult:
+                 device: torch.device, seed: int, interface: Interface = "contiguous",
+                 backend: VllmBackendConstants | None = None) -> CheckResult:
+    """`interface`: how `fn` is called (harness/kernel/interfaces.py); the reference is computed from the same
+    q, k, v whatever the layout the kernel reads them in."""
     q, k, v = make_inputs(shape, dtype=dtype, device=device, seed=seed)
     before = (q.clone(), k.clone(), v.clone())
     out = torch.full_like(q, float("nan"))
+    call = bind(interface, fn, q, k, v, out, shape, seed=seed, backend=backend)
+    taken = {id(q): before[0], id(k): before[1], id(v): before[2]}     # q, k, v are not copied twice
+    inputs_before = {name: taken[id(t)] if id(t) in taken else t.clone() for name, t in call.inputs.items()}
     try:
-        call_kernel(fn, q, k, v, out, shape)
+        call.run()
         if device.type == "cuda":
             torch.cuda.synchronize(device)    # a launch error surfaces here, inside the try
     except Exception as exc:  # a kernel that does not compile or raises is a failed check, not a crash
         return CheckResult(ok=False, seed=seed, failures=(f"raised {type(exc).__name__}: {str(exc)[:600]}",))
-    failures = [f"input {name} was modified by the call" for name, now, was in zip("qkv", (q, k, v), before,
-                                                                                 strict=True)
-                if not torch.equal(now, was)]
+    failures = [f"input {name} was modified by the call" for name, was in inputs_before.items()
+                if not torch.equal(call.inputs[name], was)]
     unwritten = int((~torch.isfinite(out)).sum())
     if unwritten:
         failures.append(f"{unwritten} of {out.numel()} output elements unwritten or non-finite (output pre-filled "

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.kernel.config import CorrectnessConfig, RooflineConfig, ShapeConfig, TimingConfig
+from harness.kernel.config import CorrectnessConfig, Interface, RooflineConfig, ShapeConfig, TimingConfig
 
 __all__ = ["EvalRequest"]
 
@@ -20,6 +20,7 @@ class EvalRequest(BaseModel):
     builds: dict[str, Path] = Field(min_length=1, description="tag -> tree; timed in this order, then reversed")
     module: str = Field(description="the kernel file, relative to each tree")
     entry: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    interface: Interface = Field(default="contiguous", description="how the entry is called (interfaces.py)")
     shapes: list[ShapeConfig] = Field(min_length=1)
     correctness: CorrectnessConfig = CorrectnessConfig()
     timing: TimingConfig = TimingConfig()

@@ -13,7 +13,6 @@ in the result; the process exits non-zero only when the runner itself breaks.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import platform
@@ -22,13 +21,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from harness.kernel.config import ShapeConfig
-from harness.kernel.correctness import OutputGuard, call_kernel, check_kernel, make_inputs
+from harness.kernel.correctness import OutputGuard, check_kernel, make_inputs
+from harness.kernel.interfaces import bind, read_backend_constants
 from harness.kernel.loader import KernelLoadError, load_kernel
 from harness.kernel.protocol import EvalRequest
 from harness.kernel.reference import reference_attention
@@ -104,8 +105,13 @@ def _shape(req: EvalRequest, index: int, shape: ShapeConfig, workers: dict[str, 
             good.append(tag)
     if good:
         inputs_seed, guard_seed = rng.getrandbits(31), rng.getrandbits(31)
-        for tag in good:
-            workers[tag].ask(op="prepare", shape=index, seed=inputs_seed, guard_seed=guard_seed)
+        for tag in list(good):
+            ready = workers[tag].ask(op="prepare", shape=index, seed=inputs_seed, guard_seed=guard_seed)
+            if "error" in ready:      # e.g. a kernel that cannot be captured in a CUDA graph
+                builds[tag]["timing_error"] = ready["error"]
+                good.remove(tag)
+            else:
+                builds[tag]["timed_as"] = ready["timed_as"]
         for tag in good:
             workers[tag].ask(op="time", calls=req.timing.warmup_calls, guard=False)
         medians: dict[str, list[float]] = {tag: [] for tag in good}
@@ -168,6 +174,21 @@ def evaluate(req: EvalRequest, *, work_dir: Path | None = None) -> dict[str, Any
     return result
 
 
+def capture_graph(run: Callable[[], object], device: torch.device) -> Callable[[], object]:
+    """The call captured in a CUDA graph (after warm-up calls on a side stream, which also compile Triton
+    kernels); returns the graph's replay. Its inputs and output are the tensors the call was bound to."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            run()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph.replay
+
+
 def _serve_build(req: EvalRequest, tag: str) -> int:
     """The worker: load one build, then answer commands until "exit". Anything the kernel prints goes to
     stderr (the runner log); the protocol has stdout to itself."""
@@ -182,12 +203,15 @@ def _serve_build(req: EvalRequest, tag: str) -> int:
     def say(obj: dict[str, Any]) -> None:
         proto.write(json.dumps(obj, allow_nan=False) + "\n")
 
+    vllm = req.interface == "vllm-unified-attention"
     try:
-        lk = load_kernel(req.builds[tag], req.module, req.entry, tag=tag)
-    except KernelLoadError as exc:
+        backend = read_backend_constants(req.builds[tag]) if vllm else None
+        lk = load_kernel(req.builds[tag], req.module, req.entry, tag=tag, as_package=vllm)
+    except (KernelLoadError, OSError, ValueError, SyntaxError) as exc:
         say({"loaded": False, "error": str(exc)})
         return 0
-    say({"loaded": True, "file": str(lk.file), "sha256": lk.sha256})
+    say({"loaded": True, "file": str(lk.file), "sha256": lk.sha256, "interface": req.interface,
+         **({"backend": vars(backend)} if backend else {})})
     state: dict[str, Any] = {}
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -196,15 +220,23 @@ def _serve_build(req: EvalRequest, tag: str) -> int:
             return 0
         if op == "check":
             shape = req.shapes[cmd["shape"]]
-            say(check_kernel(lk.fn, shape, req.correctness, dtype=dtype, device=device, seed=cmd["seed"]).as_json())
+            say(check_kernel(lk.fn, shape, req.correctness, dtype=dtype, device=device, seed=cmd["seed"],
+                             interface=req.interface, backend=backend).as_json())
         elif op == "prepare":
             shape = req.shapes[cmd["shape"]]
             q, k, v = make_inputs(shape, dtype=dtype, device=device, seed=cmd["seed"])
             out = torch.empty_like(q)
-            state = {"shape": shape, "q": q, "k": k, "v": v, "out": out,
-                     "fn": functools.partial(call_kernel, lk.fn, q, k, v, out, shape),
+            call = bind(req.interface, lk.fn, q, k, v, out, shape, seed=cmd["seed"], backend=backend)
+            graphed = device.type == "cuda" and (req.timing.cuda_graph == "always" or (
+                req.timing.cuda_graph == "decode" and shape.q_len == 1))
+            try:
+                fn = capture_graph(call.run, device) if graphed else call.run
+            except Exception as exc:  # recorded as this build's timing error; the worker stays up
+                say({"error": f"capturing a CUDA graph of the call failed: {type(exc).__name__}: {str(exc)[:600]}"})
+                continue
+            state = {"shape": shape, "q": q, "k": k, "v": v, "out": out, "call": call, "fn": fn,
                      "guard": OutputGuard(out, random.Random(cmd["guard_seed"]))}
-            say({"ok": True})
+            say({"ok": True, "timed_as": "cuda-graph replay" if graphed else "calls"})
         elif op == "time":
             guard: OutputGuard = state["guard"]
             try:

@@ -66,7 +66,7 @@ def test_a_faster_tunable_is_found_checked_committed_logged_and_summarised(tmp_p
     assert "REPEATS = 1" in (ws.root / "torchattn" / "attention.py").read_text()
     assert "Ratchet-Speedup:" in ws.repo.head.commit.message and ws.is_clean()
     log_dir = Path(summary["log_dir"])
-    checked = verify(log_dir, redecide=redecider([load_policy(load_kernel_spec(spec_path).policy)]))
+    checked = verify(log_dir, redecide=redecider([load_policy(load_kernel_spec(spec_path).policy_file)]))
     assert checked.ok, checked.reason
     kinds = [json.loads(line)["kind"] for line in (log_dir / "log.jsonl").read_text().splitlines()]
     for kind in ("campaign.start", "baseline.result", "iteration.patch", "kernel.evaluation", "final.result",

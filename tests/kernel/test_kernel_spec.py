@@ -121,3 +121,27 @@ def test_the_kernel_policy_denies_attribute_surgery_however_the_target_is_spelle
     ]
     for extra in spellings:
         assert _decide(file_diff("gemma4_attention/attention.py", text, text + extra)) == "deny", extra
+
+
+def test_the_vllm_kernel_spec_searches_exactly_what_its_prelude_names() -> None:
+    spec = load_kernel_spec(ROOT / "experiments" / "vllm-unified-attention-e2b.yaml")
+    assert spec.target.interface == "vllm-unified-attention" and spec.target.source is None   # the installed vLLM
+    assert spec.target.kernel_file == "vllm/v1/attention/ops/triton_unified_attention.py"
+    assert spec.policy_file.name == "vllm-kernel.yaml" and spec.timing.cuda_graph == "decode"
+    assert spec.target.prelude is not None
+    added = "\n".join(line[1:] for line in spec.target.prelude.read_text().splitlines() if line.startswith("+"))
+    named = read_tunables(added)
+    assert set(spec.proposer.search.space) == set(named) and set(named.values()) == {0}   # 0: vLLM's own choice
+    assert all(0 in values for values in spec.proposer.search.space.values())
+    assert {(s.head_dim, s.sliding_window) for s in spec.shapes} == {(256, 512), (512, None)}
+
+
+def test_a_contiguous_kernel_spec_needs_its_source_and_vllms_needs_the_vllm_folder(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(GPU_SPEC.read_text().replace("  source: kernels/gemma4_attention\n", ""))
+    with pytest.raises(SpecError, match="source"):
+        load_kernel_spec(path)
+    vllm_interface = "  kind: kernel\n  interface: vllm-unified-attention\n"
+    path.write_text(GPU_SPEC.read_text().replace("  kind: kernel\n", vllm_interface))
+    with pytest.raises(SpecError, match="vllm package folder"):
+        load_kernel_spec(path)

@@ -1,0 +1,188 @@
+"""The vllm-unified-attention interface: vLLM's kernel called as its TRITON_ATTN backend calls it (paged cache
+with shuffled blocks, flattened queries, the backend's own 3D threshold), checked against the same float64
+reference as ratchet's own kernels; and a whole kernel campaign on a vLLM tree with a prelude patch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent.cli import main
+from agent.kernel_spec import VLLM_KERNEL_POLICY, load_kernel_spec
+from agent.proposers.kernel_search import file_diff
+from audit import verify
+from audit.reader import payload_of, read_records
+from harness.kernel.config import ShapeConfig
+from harness.kernel.correctness import make_inputs
+from harness.kernel.interfaces import paged_cache, read_backend_constants
+from harness.kernel.loader import KernelLoadError, load_kernel
+from policies import Ledger, decide, load_policy, parse_action, redecider
+from sandbox.workspace import Workspace
+from tests.kernel import vllm_fakes
+from tests.kernel.vllm_fakes import KERNEL_FILE, write_vllm_tree
+
+CPU = torch.device("cpu")
+SHAPES = [ShapeConfig(name="decode-window", batch=3, q_len=1, kv_len=70, head_dim=16, sliding_window=24),
+          ShapeConfig(name="prefill-chunk", batch=2, q_len=20, kv_len=52, head_dim=32, block_size=32),
+          ShapeConfig(name="prefill-softcap", batch=1, q_len=40, kv_len=40, head_dim=16, softcap=30.0)]
+
+
+def _load(tree: Path, tag: str) -> object:
+    """The tree's kernel in a fresh interpreter (each build is imported in a process of its own)."""
+    code = ("import sys, json; from pathlib import Path; "
+            "from harness.kernel.loader import load_kernel; from harness.kernel.correctness import check_kernel; "
+            "from harness.kernel.interfaces import read_backend_constants; "
+            "from harness.kernel.config import ShapeConfig, CorrectnessConfig; import torch; "
+            f"tree = Path({str(tree)!r}); lk = load_kernel(tree, {KERNEL_FILE!r}, 'unified_attention', tag='t', "
+            "as_package=True); shapes = [ShapeConfig.model_validate(s) for s in json.loads(sys.argv[1])]; "
+            "print(json.dumps([check_kernel(lk.fn, s, CorrectnessConfig(), dtype=torch.float32, "
+            "device=torch.device('cpu'), seed=i, interface='vllm-unified-attention', "
+            "backend=read_backend_constants(tree)).as_json() for i, s in enumerate(shapes)]))")
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps([s.model_dump() for s in SHAPES])],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_the_paged_cache_holds_each_sequence_at_shuffled_blocks() -> None:
+    shape = SHAPES[0]
+    _, k, v = make_inputs(shape, dtype=torch.float32, device=CPU, seed=1)
+    cache, table = paged_cache(k, v, block_size=16, generator=torch.Generator().manual_seed(0))
+    assert cache.shape == (3 * 5 + 7, 16, 1, 32) and table.shape == (3, 5) and table.dtype == torch.int32
+    assert not torch.equal(table.flatten().long(), torch.arange(15))              # not in logical order
+    for s in range(3):
+        rows = cache[table[s].long()].reshape(-1, 1, 32)[: shape.kv_len]
+        assert torch.equal(rows[..., :16], k[s]) and torch.equal(rows[..., 16:], v[s])   # K and V side by side
+
+
+@pytest.mark.parametrize(("kernel", "failure"), [
+    (vllm_fakes.KERNEL, None),
+    (vllm_fakes.IGNORES_BLOCK_TABLE, "relative L2 error"),
+    (vllm_fakes.WRITES_THE_CACHE, "input kv_cache was modified by the call"),
+    (vllm_fakes.IGNORES_WINDOW, "relative L2 error"),
+])
+def test_a_right_paged_kernel_passes_and_layout_mistakes_fail(tmp_path: Path, kernel: str,
+                                                              failure: str | None) -> None:
+    write_vllm_tree(tmp_path, kernel)
+    results = _load(tmp_path, "t")
+    if failure is None:
+        assert all(r["ok"] for r in results), results
+    else:
+        failed = [f for r in results for f in r["failures"]]
+        assert any(failure in f for f in failed), results
+
+
+def test_the_backend_constants_are_read_from_the_builds_own_file(tmp_path: Path) -> None:
+    write_vllm_tree(tmp_path)
+    constants = read_backend_constants(tmp_path)
+    assert constants.seq_threshold_3d(num_kv_heads=1) == 128 and constants.num_par_softmax_segments == 16
+    (tmp_path / "vllm/v1/attention/backends/triton_attn.py").write_text("NUM_PAR_SOFTMAX_SEGMENTS = 16\n")
+    with pytest.raises(ValueError, match="MIN_LAUNCH_GRID_SIZE_2D"):
+        read_backend_constants(tmp_path)
+
+
+def test_the_kernel_is_imported_from_its_tree_as_a_module_of_vllm(tmp_path: Path) -> None:
+    write_vllm_tree(tmp_path / "a")
+    code = ("import sys; from pathlib import Path; from harness.kernel.loader import load_kernel; "
+            f"lk = load_kernel(Path({str(tmp_path / 'a')!r}), {KERNEL_FILE!r}, 'unified_attention', tag='a', "
+            "as_package=True); import vllm; print(lk.module.__name__, vllm.__file__, lk.sha256[:12])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    name, vllm_file, _ = proc.stdout.split()
+    assert name == "vllm.v1.attention.ops.triton_unified_attention"
+    assert Path(vllm_file).resolve().is_relative_to((tmp_path / "a").resolve())
+    # a tree without the module is an error naming the file
+    with pytest.raises(KernelLoadError, match="not found"):
+        load_kernel(tmp_path / "empty", KERNEL_FILE, "unified_attention", tag="b", as_package=True)
+
+
+def test_the_vllm_kernel_policy_allows_the_kernel_file_only() -> None:
+    policy = load_policy(VLLM_KERNEL_POLICY)
+
+    def decision(action: dict[str, str]) -> str:
+        return decide(policy, parse_action(json.dumps(action)), Ledger()).verdict
+
+    kernel = file_diff(KERNEL_FILE, "A = 1\n", "A = 2\n")
+    backend = file_diff("vllm/v1/attention/backends/triton_attn.py", "A = 1\n", "A = 2\n")
+    assert decision({"kind": "patch", "diff": kernel}) == "allow"
+    assert decision({"kind": "patch", "diff": backend}) == "deny"
+    timer = file_diff(KERNEL_FILE, "A = 1\n", "import time\nA = 2\n")
+    assert decision({"kind": "patch", "diff": timer}) == "deny"
+    prelude = Path(__file__).resolve().parents[2] / "experiments/kernels/vllm_unified_attention"
+    shipped = (prelude / "vllm-0.26-gemma4-tunables.patch").read_text()
+    assert decision({"kind": "patch", "diff": shipped}) == "allow"
+
+
+SPEC = """
+schema_version: 1
+name: vllm-kernel-test
+hardware: cpu
+target: {kind: kernel, interface: vllm-unified-attention, source: src/vllm,
+         module: v1/attention/ops/triton_unified_attention.py, entry: unified_attention, prelude: prelude.patch}
+device: cpu
+dtype: float32
+shapes:
+  - {name: decode, batch: 2, q_len: 1, kv_len: 768, head_dim: 64, sliding_window: 384}
+  - {name: prefill, batch: 1, q_len: 192, kv_len: 192, head_dim: 64}
+timing: {rounds: 12, calls_per_round: 4, warmup_calls: 2, flush_l2: false}
+roofline: null
+# CPU time of these plain-torch calls swings widely here: identical builds (A/A) measured 0.56x to 1.73x per
+# round and 0.92x to 1.31x per run. This test is about the plumbing (prelude, search, stock vs best), so only a
+# gross slowdown fails its guard; the guard itself is tested in tests/harness/test_stats.py, and GPU timing of
+# the real kernel is ±0.1 % (experiments/results/vllm-kernel-campaign-h200.md).
+stats: {cell_guard: 0.5}
+proposer: {kind: search, search: {strategy: grid, space: {GEMMA4_PASSES: [0, 1]}}}
+budget: {max_iterations: 2, wall_seconds: 600}
+runner_timeout_s: 300
+"""
+
+
+def test_a_campaign_on_vllms_kernel_keeps_the_prelude_finds_a_gain_and_compares_with_the_stock_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RATCHET_AUDIT_KEY", str(tmp_path / "keys" / "audit-key.ed25519"))
+    write_vllm_tree(tmp_path / "src")
+    (tmp_path / "prelude.patch").write_text(file_diff(KERNEL_FILE, vllm_fakes.KERNEL, vllm_fakes.NAMED))
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC)
+    out = tmp_path / "summary.json"
+    rc = main(["kernel", str(spec_path), "--log-dir", str(tmp_path / "logs"), "--workspaces", str(tmp_path / "ws"),
+               "--out", str(out)])
+    summary = json.loads(out.read_text())
+    assert rc == 0 and summary["audit_verify"]["ok"], summary
+    assert [i["outcome"] for i in summary["iterations"]][:1] == ["accepted"], summary["iterations"]
+    (log_dir,) = (tmp_path / "logs").iterdir()
+    records = read_records(log_dir)
+    prelude = payload_of(log_dir, next(r for r in records if r["kind"] == "prelude.result"))
+    assert prelude["kept"] is True and prelude["tunables"] == {"GEMMA4_PASSES": 0}
+    final = payload_of(log_dir, next(r for r in records if r["kind"] == "final.result"))
+    assert final["tunables_before"] == {} and final["tunables_after"] == {"GEMMA4_PASSES": 1}   # stock vs best
+    assert final["outcome"] == "accepted"
+    start = payload_of(log_dir, next(r for r in records if r["kind"] == "campaign.start"))
+    assert start["interface"] == "vllm-unified-attention"
+    ws = Workspace.open(Path(start["workspace"]))
+    log = ws.repo.git.log("--format=%s", start["branch"]).splitlines()
+    assert "GEMMA4_PASSES" in log[0] and log[1] == "ratchet: prelude" and log[2].startswith("baseline")
+    checked = verify(log_dir, redecide=redecider([load_policy(load_kernel_spec(spec_path).policy_file)]))
+    assert checked.ok, checked
+
+
+def test_a_prelude_that_changes_the_results_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RATCHET_AUDIT_KEY", str(tmp_path / "keys" / "audit-key.ed25519"))
+    write_vllm_tree(tmp_path / "src")
+    broken = vllm_fakes.NAMED.replace("if window_size[0] >= 0:", "if False:")
+    (tmp_path / "prelude.patch").write_text(file_diff(KERNEL_FILE, vllm_fakes.KERNEL, broken))
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC)
+    rc = main(["kernel", str(spec_path), "--log-dir", str(tmp_path / "logs"), "--workspaces", str(tmp_path / "ws")])
+    assert rc != 0
+    (log_dir,) = (tmp_path / "logs").iterdir()
+    records = read_records(log_dir)
+    prelude = payload_of(log_dir, next(r for r in records if r["kind"] == "prelude.result"))
+    assert prelude["kept"] is False and "decode" in prelude["reason"]
+    assert not any(r["kind"] == "iteration.result" for r in records)
