@@ -33,3 +33,32 @@ def test_the_h200_campaign_tables_come_from_its_verified_log(tmp_path: Path) -> 
     assert timing["server_windows_from"].startswith("vLLM log timestamps")     # unpacked: copies, not originals
     assert timing["wall_s"] == 973.3 and timing["loop_s"] == 591.1
     assert 0 < timing["outside_vllm_share"] < 0.1 and 0.5 < timing["vllm_startup_share"] < 0.8
+
+
+def test_the_vllm_kernel_table_comes_from_its_verified_log(tmp_path: Path) -> None:
+    """experiments/results/vllm-kernel-campaign-h200.md: its log verifies here (no anchor: that stayed on the GPU
+    host), the final comparison in the log is the summary's, and the table's figures are the summary's."""
+    from audit import verify
+    from audit.reader import payload_of, read_records
+    from policies import redecider
+    from policies.known import known_policies
+
+    with tarfile.open(RESULTS / "vllm-kernel-campaign-h200-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("vllm-unified-attention-e2b-*")
+    checked = verify(log_dir, redecide=redecider(known_policies()))
+    assert checked.ok and checked.records == 99, checked
+    records = read_records(log_dir)
+    prelude = payload_of(log_dir, next(r for r in records if r["kind"] == "prelude.result"))
+    assert prelude["kept"] and prelude["overall"]["low"] < 1.0 < prelude["overall"]["high"]
+    final = payload_of(log_dir, next(r for r in records if r["kind"] == "final.result"))
+    summary = json.loads((RESULTS / "vllm-kernel-campaign-h200.json").read_text())
+    assert final["tunables_before"] == summary["tunables_before"] == {}
+    assert final["tunables_after"] == summary["tunables_after"]
+    text = (RESULTS / "vllm-kernel-campaign-h200.md").read_text()
+    for row in summary["shapes"]:
+        assert row["speedup"] == final["shapes"][row["shape"]]["speedup"]["ratio"]
+        before, after = f"{row['before_median_us']:,.1f}", f"{row['after_median_us']:,.1f}"
+        ci = f"{row['speedup']:.3f}x"
+        line = next(line for line in text.splitlines() if f"| {before} | {after} |" in line)
+        assert ci in line and f"{row['before_pct_hbm']:.1f}" in line, line
