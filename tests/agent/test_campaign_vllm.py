@@ -15,7 +15,7 @@ import git
 import pytest
 
 from audit.reader import payload_of, read_records
-from tests.conftest import ROOT, TINY_MODEL
+from tests.conftest import ROOT, TINY_MODEL, processes_under
 from tests.fakes import Reply, ScriptedOpenAIServer, call, reply, say
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -171,32 +171,40 @@ def test_a_scripted_llm_campaign_tries_accepts_denies_survives_and_stops_on_budg
     assert head.parents[0].hexsha == start["base_commit"]      # exactly one accepted commit on the branch
 
 
-@pytest.mark.timeout(2400)   # a whole campaign: screens, a confirmation and the final comparison
-def test_a_campaign_killed_mid_iteration_resumes_without_losing_or_duplicating_records(tmp_path: Path) -> None:
+@pytest.mark.timeout(1200)
+def test_a_campaign_killed_with_its_servers_up_resumes_reaps_them_and_loses_nothing(tmp_path: Path) -> None:
+    """SIGKILL of the campaign while iteration 1's real vLLM servers are starting: they run in sessions of their
+    own, so they outlive it; `resume` must reap them, record the iteration as interrupted, and keep every record.
+    (Kills at 20+ other points, with continuing iterations, run through the fake seam in
+    tests/agent/test_fake_campaign.py; this is the one with real servers left behind.)"""
     proposer = "proposer: {kind: search, search: {strategy: grid, space: {max_num_seqs: [1, 4, 8]}}}"
-    spec = _spec(tmp_path, proposer, "{max_iterations: 2, wall_seconds: 3600}", extra=UNISOLATED)
+    spec = _spec(tmp_path, proposer, "{max_iterations: 1, wall_seconds: 3600}", extra=UNISOLATED)
     proc = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", str(spec), "--log-dir", str(tmp_path / "logs"),
                              "--workspaces", str(tmp_path / "ws")], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 900
     log_dir = None
     while time.monotonic() < deadline and proc.poll() is None:
-        logs = list((tmp_path / "logs").glob("*/log.jsonl"))
-        if logs and '"iteration.patch"' in logs[0].read_text():
-            log_dir = logs[0].parent
+        started = [p for p in (tmp_path / "logs").glob("*/runs/it001*/server-*.log") if p.stat().st_size > 0]
+        if started and processes_under(started[0].parents[2]):
+            log_dir = started[0].parents[2]
             break
-        time.sleep(1)
-    assert log_dir is not None, "the campaign never reached iteration 1's patch"
+        time.sleep(0.5)
+    assert log_dir is not None, "the campaign never started iteration 1's servers"
+    left_behind = {p.pid for p in processes_under(log_dir)}
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert left_behind & {p.pid for p in processes_under(log_dir)}, "the servers died with the campaign"
     before = read_records(log_dir)
-    resumed = _run("resume", str(log_dir))
+    resumed = _run("resume", str(log_dir), timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     after = read_records(log_dir)
     assert after[: len(before)] == before                                  # nothing recorded was lost or changed
     assert [r["seq"] for r in after] == list(range(len(after)))            # no gap, no duplicate
+    resume = payload_of(log_dir, next(r for r in after if r["kind"] == "campaign.resume"))
+    assert resume["reaped_pids"], resume                                   # the orphaned servers were found
     results = _results(log_dir)
-    assert sorted(results) == [1, 2]                                       # one result per iteration
+    assert sorted(results) == [1]                                          # one result for the iteration
     assert results[1]["outcome"] == "failed" and "interrupted" in str(results[1]["reason"])
-    assert results[2]["outcome"] in ("accepted", "rejected")
+    assert not processes_under(log_dir), "servers of the killed campaign are still running"
     assert _run("audit", "verify", str(log_dir), timeout=300).returncode == 0

@@ -1,6 +1,9 @@
-"""Replay against real vLLM: the committed campaign's claims hold, and a log that lies about a speedup
-or accepts a parity-breaking patch fails with its own exit code. The lying logs are validly signed
-(as a compromised or buggy campaign runner would write them): only re-measurement can catch them."""
+"""Replay against real vLLM: the committed campaign's claims hold, and a log that accepts a parity-breaking
+patch fails with its own exit code. The lying log is validly signed (as a compromised or buggy campaign runner
+would write it): only re-measurement can catch it. A log that lies about a speedup is caught the same way
+(exit SPEEDUP_GONE): that verdict is tested through the fake measurement seam
+(tests/agent/test_fake_campaign.py) and its rule on recorded figures in tests/agent/test_replay.py, while the
+committed campaign's replay above is the real re-measurement."""
 
 from __future__ import annotations
 
@@ -54,18 +57,6 @@ def test_the_committed_campaign_replays(tmp_path: Path) -> None:
                    "--summary", str(tmp_path / "s.md"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'failures="0"' in (tmp_path / "j.xml").read_text()
-
-
-def test_a_faked_speedup_is_caught_by_re_measurement(tmp_path: Path) -> None:
-    def inflate(kind: str, body: dict[str, Any]) -> dict[str, Any]:
-        if kind == "iteration.result" and body.get("accepted"):
-            body = {**body, "speedup": 9.0, "ci_low": 8.5, "ci_high": 9.5}
-        return body
-
-    log = _relog(_committed_log(), tmp_path / "log", tmp_path, inflate)
-    proc = _replay(log, "--pubkey", str(log / "audit-key.pub"))
-    assert proc.returncode == Exit.SPEEDUP_GONE, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "recorded 9.000x" in proc.stdout
 
 
 def test_an_accepted_patch_that_breaks_parity_is_caught(tmp_path: Path) -> None:
