@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agent.kernel_campaign import KernelEnd
@@ -46,6 +47,7 @@ def summarize(end: KernelEnd, verification: VerifyResult) -> dict[str, Any]:
         "shapes": rows,
         "iterations": [{"iteration": h.iteration, "outcome": h.outcome, "source": h.source, "speedup": h.speedup,
                         "predicted": h.predicted_speedup, "detail": h.detail} for h in end.history],
+        "serving": end.serving,
         "audit_verify": {"ok": verification.ok, "summary": verification.summary(), "records": verification.records,
                          "checkpoints": verification.checkpoints, "notes": list(verification.notes)},
     }
@@ -73,8 +75,29 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"| {r['shape']} | {_f(r.get('before_median_us'), '.1f')} | {_f(r.get('after_median_us'), '.1f')}"
                      f" | {ci} | {_f(r.get('before_pct_hbm'), '.1f')} | {_f(r.get('after_pct_hbm'), '.1f')} | "
                      f"{_f(r.get('after_tflop_s'), '.1f')} |")
-    lines += ["", "| iteration | outcome | tunables | speedup | detail |", "| ---: | --- | --- | --- | --- |"]
+    serving = summary.get("serving")
+    if serving:
+        lines += ["", f"End to end (stock vs best served from the same vLLM tree, {serving['repeats']} interleaved "
+                      f"pairs per cell): **{serving['verdict']['status']}**: {serving['verdict']['text']}", "",
+                  "| cell | speedup [95% CI] |", "| --- | --- |"]
+        lines += [f"| {cell} | {ci['ratio']:.3f}x [{ci['low']:.3f}, {ci['high']:.3f}] |"
+                  for cell, ci in serving["cells"].items()]
+    lines += ["", "| iteration | outcome | tunables (those not at their value before) | speedup | detail |",
+              "| ---: | --- | --- | --- | --- |"]
     for it in summary["iterations"]:
-        lines.append(f"| {it['iteration']} | {it['outcome']} | `{it['source'].removeprefix('kernel-search:')}` | "
+        lines.append(f"| {it['iteration']} | {it['outcome']} | `{_moved(it['source'], summary['tunables_before'])}` | "
                      f"{it['speedup'] or '–'} | {it['detail'][:140].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
+
+
+def _moved(source: str, before: dict[str, int]) -> str:
+    """A search point as the tunables it sets away from the campaign's starting values (0: vLLM's own choice,
+    for tunables a prelude named); another proposer's source as it is."""
+    if not source.startswith("kernel-search:"):
+        return source
+    try:
+        point = json.loads(source.removeprefix("kernel-search:"))
+    except json.JSONDecodeError:
+        return source
+    moved = {k: v for k, v in point.items() if v != before.get(k, 0)}
+    return json.dumps(moved) if moved else "{} (the starting point)"

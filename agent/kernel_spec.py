@@ -113,6 +113,11 @@ class KernelSpec(BaseModel):
     proposer: KernelProposerConfig = KernelProposerConfig()
     budget: BudgetConfig = BudgetConfig()
     runner_timeout_s: float = Field(default=600.0, gt=0, description="one evaluation (runner process) at most")
+    serving: Path | None = Field(
+        default=None, description="a serving spec (experiments/*.yaml) for the end-to-end stage of a campaign on "
+        "vLLM's kernel: when the kernel stage's final comparison accepts its best, stock vs best are served from "
+        "the same vLLM tree with that spec's server, grid, parity and statistics (engine args as it sets them, "
+        "for both), and the campaign's verdict rests on that A/B; relative to this spec file")
     final_comparison: bool = Field(default=True, description="baseline vs best once more at the end")
 
     @model_validator(mode="after")
@@ -124,6 +129,9 @@ class KernelSpec(BaseModel):
             raise ValueError("interpret: true runs Triton's interpreter on CPU tensors; set device: cpu")
         if self.target.interface == "vllm-unified-attention" and self.target.package != "vllm":
             raise ValueError("target.source: vllm-unified-attention needs the vllm package folder (…/vllm)")
+        if self.serving is not None and self.target.interface != "vllm-unified-attention":
+            raise ValueError("serving: the end-to-end stage serves a vLLM tree; it needs target.interface: "
+                             "vllm-unified-attention")
         return self
 
     @property
@@ -146,7 +154,8 @@ def load_kernel_spec(path: Path) -> KernelSpec:
     if not (isinstance(target, dict) and target.get("kind") == "kernel"):
         raise SpecError(f"{path}: not a kernel spec (target.kind is not 'kernel'); run it with `ratchet run`")
     base = path.resolve().parent
-    for block, key in ((data, "policy"), (target, "source"), (target, "workspace"), (target, "prelude")):
+    for block, key in ((data, "policy"), (data, "serving"), (target, "source"), (target, "workspace"),
+                       (target, "prelude")):
         if isinstance(block.get(key), str):
             p = Path(str(block[key])).expanduser()
             block[key] = str(p if p.is_absolute() else (base / p).resolve())

@@ -30,6 +30,7 @@ ITERATION_PORT_RETRY = "iteration.port_retry"  # an evaluation re-gated on new p
 ITERATION_RESULT = "iteration.result"    # the outcome, its reason and figures, the commit when accepted
 FINAL_RESULT = "final.result"            # a kernel campaign's best vs baseline
 PRELUDE_RESULT = "prelude.result"        # a kernel campaign's prelude patch vs the stock file: kept or not, why
+SERVING_RESULT = "serving.result"        # a kernel campaign's best served end to end vs stock: grid, parity, verdict
 KERNEL_EVALUATION = "kernel.evaluation"  # one kernel runner's checks and timings
 
 # What a proposer's tools record (GatedTools.note): "agent." + one of these.
@@ -46,5 +47,5 @@ def note_kind(name: str) -> str:
 KINDS = frozenset({CAMPAIGN_START, CAMPAIGN_RESUME, CAMPAIGN_END, EXECUTOR_START, BASELINE_RESULT,
                    BASELINE_PROFILE, INCUMBENT_PROFILE, ENGINE_DEFAULTS, ACTION, ERROR, ITERATION_HYPOTHESIS,
                    ITERATION_PATCH, ITERATION_PARITY, ITERATION_CONFIRM, ITERATION_RETRY, ITERATION_PORT_RETRY,
-                   ITERATION_RESULT, FINAL_RESULT, PRELUDE_RESULT, KERNEL_EVALUATION,
+                   ITERATION_RESULT, FINAL_RESULT, PRELUDE_RESULT, SERVING_RESULT, KERNEL_EVALUATION,
                    *(f"agent.{n}" for n in NOTE_KINDS)})

@@ -2,7 +2,8 @@
 campaign (`target.kind: kernel`, see experiments/README.md).
 
 Exit codes: 0 the campaign ran to a budget or the proposer's end (accepted or not) and its log verifies;
-2 bad input; 3 the baseline kernel or the runner failed; 4 the audit log could not be written or does not verify.
+2 bad input; 3 the baseline kernel, its prelude or the runner failed; 4 the audit log could not be written or does
+not verify; 5 the end-to-end stage (`serving:`) ran and did not bear the kernel gain out (as `ratchet run`'s 5).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--log-dir", default="audit_logs", help="campaign logs go to DIR/<campaign-id>/")
     p.add_argument("--workspaces", default=".ratchet/workspaces", help="where campaign workspaces are created")
     p.add_argument("--out", help="write the summary JSON here (and the same name with .md)")
+    p.add_argument("--serving", help="a serving spec for the end-to-end stage (overrides the spec's `serving:`): "
+                                     "stock vs best served from the same vLLM tree decides the verdict")
     p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
     p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --proposer llm")
     p.add_argument("--llm-model", help="model name for --proposer llm")
@@ -56,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     budget = spec.budget.model_copy(update={k: v for k, v in (("max_iterations", args.max_iterations),
                                                               ("wall_seconds", args.wall_seconds)) if v is not None})
     spec = spec.model_copy(update={"budget": budget})
+    if getattr(args, "serving", None):
+        spec = type(spec).model_validate({**spec.model_dump(), "serving": Path(args.serving).resolve()})
     proposer = None
     if (getattr(args, "proposer", None) or spec.proposer.kind) == "llm":
         from agent.proposers.llm import LLMConfig, LLMProposer
@@ -86,4 +91,6 @@ def run(args: argparse.Namespace) -> int:
         out.with_suffix(".md").write_text(text)
         console.print(f"summary: {out} and {out.with_suffix('.md')}")
     console.print(f"log: {end.log_dir}   (verify: ratchet audit verify {end.log_dir})")
-    return 0 if checked.ok else 4
+    if not checked.ok:
+        return 4
+    return 5 if end.serving and end.serving["verdict"]["status"] == "not-shown" else 0
