@@ -149,8 +149,8 @@ class LocalExecutor:
         pass
 
 
-def _evaluate_task(job: EvalJob) -> tuple[ABResult, dict[str, Any]]:
-    return evaluate(job, executor="ray")
+def _evaluate_task(job: EvalJob, measure: Measurements) -> tuple[ABResult, dict[str, Any]]:
+    return evaluate(job, executor="ray", measure=measure)
 
 
 class RayExecutor:
@@ -158,10 +158,13 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, config: ExecutorConfig) -> None:
+    def __init__(self, config: ExecutorConfig, measure: Measurements = HARNESS) -> None:
         import ray
 
         self._ray = ray
+        # Shipped with every task, so it must pickle: HARNESS is stateless (a worker measures with its own
+        # harness); the unit suite's fake is plain data whose "servers" are processes on the worker's host.
+        self.measure = measure
         self.slots = config.slots
         self.config = config.ray
         self.gpus_per_eval = config.ray.num_gpus
@@ -179,7 +182,7 @@ class RayExecutor:
 
     def _submit(self, job: EvalJob) -> Any:
         return self._evaluate.options(num_cpus=self.config.num_cpus, num_gpus=self.config.num_gpus,
-                                      resources=dict(self.config.resources) or None).remote(job)
+                                      resources=dict(self.config.resources) or None).remote(job, self.measure)
 
     def _lost(self, exc: BaseException) -> bool:
         errors = self._ray.exceptions
@@ -264,12 +267,12 @@ def preflight(config: ExecutorConfig) -> None:
 
 
 def make_executor(config: ExecutorConfig, *, gpus_per_eval: float = 0.0, measure: Measurements = HARNESS) -> Executor:
-    """Callers run preflight(config) first, before they create anything a failure would leave behind. Ray
-    workers measure with the harness itself (`measure` is the local executor's, for the fake seam)."""
+    """Callers run preflight(config) first, before they create anything a failure would leave behind. Both
+    executors measure through `measure` (the harness; only code, never a spec, passes the unit suite's fake)."""
     if config.kind == "local":
         return LocalExecutor(gpus_per_eval=gpus_per_eval, measure=measure)
     try:
-        return RayExecutor(config)
+        return RayExecutor(config, measure=measure)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = config.ray.address or "a local Ray instance"
         raise CampaignError(f"executor.ray: could not start or reach {where}: {str(exc).splitlines()[0]}") from None

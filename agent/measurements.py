@@ -54,7 +54,8 @@ class Measurements(Protocol):
 
 
 class HarnessMeasurements:
-    """The harness itself. Stateless, so a Ray worker imports the same object (`HARNESS`) by reference."""
+    """The harness itself. Stateless, so the copy a Ray task carries to its worker (agent/executor.py) is the
+    harness of that worker's host."""
 
     def digest(self) -> MeasurementDigest:
         return digest_roots(measurement_roots())

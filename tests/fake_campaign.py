@@ -4,12 +4,15 @@ tests/fake_measurements.py. Used in-process by the unit tests, and as a child pr
     python -m tests.fake_campaign start SPEC LOG_ROOT WORKSPACES      a campaign to its end
     python -m tests.fake_campaign resume LOG_DIR                      resume one
 
+`--hold-s S` (before the command) keeps each measurement's fake servers up S seconds, so a test can kill what
+runs one mid-A/B (tests/agent/test_ray_campaign.py kills a Ray worker).
 In the child, `RATCHET_KILL_AT=NAME:N` SIGKILLs the process at the N-th call of one step (KILL_POINTS), and
 `RATCHET_CALL_COUNTS=FILE` writes how often each step ran (for picking N).
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import functools
 import json
@@ -133,16 +136,29 @@ def killed_at(point: str | None, argv: list[str], *, counts_file: Path | None = 
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tests.fake_campaign")
+    parser.add_argument("--hold-s", type=float, default=0.0, help="keep each measurement's fake servers up S s")
+    commands = parser.add_subparsers(dest="command", required=True)
+    begin = commands.add_parser("start")
+    for name in ("spec", "log_root", "workspaces"):
+        begin.add_argument(name, type=Path)
+    commands.add_parser("resume").add_argument("log_dir", type=Path)
+    return parser
+
+
 def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
     counts: collections.Counter[str] = collections.Counter()
     kill_at = os.environ.get("RATCHET_KILL_AT")
     kill = (kill_at.split(":")[0], int(kill_at.split(":")[1])) if kill_at else None
     _install(counts, kill)
+    measure = FakeMeasurements(hold_s=args.hold_s)
     try:
-        if argv[0] == "start":
-            start(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+        if args.command == "start":
+            start(args.spec, args.log_root, args.workspaces, measure)
         else:
-            resume(Path(argv[1]))
+            resume(args.log_dir, measure)
     finally:
         if os.environ.get("RATCHET_CALL_COUNTS"):
             Path(os.environ["RATCHET_CALL_COUNTS"]).write_text(json.dumps(dict(counts)))

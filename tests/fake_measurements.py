@@ -7,6 +7,8 @@ What it measures is read off the build, so a patch changes it the way a real one
   BREAKS_PARITY flips one token of every third prompt (a real divergence, judged by harness.parity.compare).
 Each "server" is a real process (`sleep`) in the server folder the harness would make for that log
 (sandbox.local.server_cwd), so a campaign killed mid-measurement leaves something for `resume` to reap.
+It is plain data, so a Ray task carries it to a worker (agent/executor.py), whose "servers" are then processes
+on that worker's host; `hold_s` keeps each step's servers up that long, for a test that kills a worker mid-A/B.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import random
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,8 +85,9 @@ def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str) ->
 
 
 class FakeMeasurements:
-    def __init__(self) -> None:
+    def __init__(self, hold_s: float = 0.0) -> None:
         self.calls: list[str] = []
+        self.hold_s = hold_s
 
     def digest(self) -> MeasurementDigest:
         return MeasurementDigest(sha256="fake-measurement-path", files={})
@@ -99,6 +103,7 @@ class FakeMeasurements:
                                   stderr=subprocess.DEVNULL) for b in builds]
         try:
             self._started(step)
+            time.sleep(self.hold_s)   # a measurement that lasts, so a worker can be killed in the middle of it
             yield
         finally:
             for proc in procs:
