@@ -28,10 +28,22 @@ NUDGE = (
 )
 
 
+_VLLM_KERNEL = """
+THE TARGET
+This is vLLM's own Triton unified attention, the kernel its TRITON_ATTN backend runs for Gemma 4. The harness
+calls `unified_attention` exactly as that backend does: queries flattened to [tokens, heads, head_dim] with
+cu_seqlens_q; K and V in one paged cache [blocks, block_size, kv_heads, 2 * head_dim] read through a block
+table; sequences up to the backend's 3D threshold take the split-softmax (3D) path; decode is timed as CUDA
+graph replays. Keep the function's signature and semantics: vLLM calls it for every model, not only Gemma 4.
+The GEMMA4_* constants near the top are its launch parameters for Gemma 4's shapes (0 keeps vLLM's choice).
+"""
+
+
 def _kernel_system_prompt(state: CampaignState, *, max_turns: int, trials: str) -> str:
     kernel = state.allowed_paths[0] if state.allowed_paths else "the kernel file"
+    target = _VLLM_KERNEL if state.environment.get("interface") == "vllm-unified-attention" else ""
     return f"""You are a GPU kernel engineer in an automated, audited optimisation campaign.
-
+{target}
 MISSION
 Make the attention kernel in {kernel} faster on the campaign's shapes while its output stays within the
 harness's tolerance of an fp64 reference on every shape, before and after timing. Every patch is verified:

@@ -186,3 +186,18 @@ def test_a_prelude_that_changes_the_results_is_refused(tmp_path: Path, monkeypat
     prelude = payload_of(log_dir, next(r for r in records if r["kind"] == "prelude.result"))
     assert prelude["kept"] is False and "decode" in prelude["reason"]
     assert not any(r["kind"] == "iteration.result" for r in records)
+
+
+def test_the_llm_agent_is_told_it_edits_vllms_kernel_and_how_the_harness_calls_it() -> None:
+    from agent.base import CampaignState
+    from agent.proposers.llm_prompt import system_prompt
+
+    def prompt(interface: str) -> str:
+        state = CampaignState(iteration=1, incumbent_ref="x", serving_config={}, incumbent_metrics=(),
+                              baseline_metrics=(), history=(), allowed_paths=(KERNEL_FILE,), target="kernel",
+                              environment={"interface": interface})
+        return system_prompt(state, max_turns=4)
+
+    vllm = prompt("vllm-unified-attention")
+    assert "TRITON_ATTN" in vllm and "paged cache" in vllm and "Keep the function's signature" in vllm
+    assert "TRITON_ATTN" not in prompt("contiguous")
