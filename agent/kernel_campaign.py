@@ -32,11 +32,11 @@ from agent.base import (
 )
 from agent.errors import ActionDenied, BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
+from agent.kernel_serving import load_serving_stage, serve_best, serving_backend
 from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, open_campaign
 from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
-from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditError, AuditWriter
 from harness.errors import HarnessError
@@ -44,9 +44,7 @@ from harness.kernel.compare import KernelAB, compare, failures_of
 from harness.kernel.config import ShapeConfig
 from harness.kernel.evaluate import RESULT, runner_argv, runner_env
 from harness.kernel.protocol import EvalRequest
-from harness.measure import Build
 from harness.stats import regressed_cells
-from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
@@ -368,50 +366,6 @@ class KernelCampaign:
         return payload
 
 
-    def serving_stage(self, base_commit: str, serving: CampaignSpec, backend: Backend) -> dict[str, Any]:
-        """The kernel stage's best, end to end: the stock tree and the best one served side by side with the
-        serving spec's server (engine args as it sets them, the same for both), its held-prompt and workload
-        parity, and its grid at the strong repeats. The campaign's verdict rests on this A/B, as a serving
-        campaign's rests on its final comparison."""
-        from agent.campaign import judge_ending
-        from agent.server_gate import gate_servers
-
-        self.on_event("phase", {"phase": "serving: stock vs best, end to end"})
-        ws, work, it = self.workspace, self.log_dir / "runs" / "serving", self.next_iteration
-        engine_args = dict(serving.server.engine_args)
-        tree_a = ws.checkout_copy(base_commit, work / "tree-A")
-        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
-        result, why = None, ""
-        try:
-            a = Build(tag="A", tree=tree_a, engine_args=engine_args, ref=base_commit,
-                      cache_key=ws.tree_hash(base_commit))
-            b = Build(tag="B", tree=tree_b, engine_args=engine_args, ref=self.incumbent_ref,
-                      cache_key=ws.tree_hash(self.incumbent_ref))
-            ports = gate_servers(self.gate, serving, (("A", engine_args), ("B", engine_args)), it)
-            bench = serving.benchmark.model_copy(update={"repeats": serving.benchmark.strong_repeats})
-            result = self.measure.ab(backend, a, b, server=serving.server, bench=bench, stats_cfg=serving.stats,
-                                     parity=serving.parity, work_dir=work, cache_dir=self.log_dir / "cache",
-                                     ports=ports, progress=lambda m: self.on_event("phase", {"phase": f"  {m}"}))
-        except (HarnessError, SandboxError) as exc:   # recorded; the verdict then says the gain is not shown
-            self.writer.append(records.ERROR, iteration=it,
-                               payload={"phase": "serving", "type": type(exc).__name__, "message": str(exc)[:4000]})
-            why = f"{type(exc).__name__}: {str(exc)[:300]}"
-        finally:
-            ws.remove_copy(tree_a)
-            ws.remove_copy(tree_b)
-        ending = judge_ending(1, result, why)
-        payload: dict[str, Any] = {
-            "verdict": {"status": ending.status, "text": ending.text}, "stock_ref": base_commit,
-            "best_ref": self.incumbent_ref, "engine_args": engine_args, "repeats": serving.benchmark.strong_repeats,
-            "overall": vars(result.overall) if result and result.overall else None,
-            "cells": {label: vars(per["headline"]) for label, per in result.cells.items()} if result else {},
-            "parity_ok": bool(result and result.parity and result.parity.ok),
-            "parity": result.parity.summary() if result and result.parity else None}
-        self.writer.append(records.SERVING_RESULT, iteration=it, payload=payload)
-        self.writer.checkpoint()
-        return payload
-
-
 @dataclass(frozen=True)
 class KernelChecks:
     """check_kernel for one iteration's proposer (agent.tools.TrialRunner; its names are shape names)."""
@@ -490,7 +444,7 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
         final = camp.final(base_commit) if accepted and spec.final_comparison else None
         served = None
         if serving is not None and final is not None and final["outcome"] == "accepted":
-            served = camp.serving_stage(base_commit, serving, serving_backend(serving))
+            served = serve_best(camp, base_commit, serving, serving_backend(serving))
         writer.append(records.CAMPAIGN_END, payload={
             "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
             "accepted": accepted, "spent": dict(gate.spent), "final_outcome": final and final["outcome"],
@@ -498,23 +452,3 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
         writer.checkpoint()
     return KernelEnd(campaign_id=campaign_id, log_dir=log_dir, workspace=ws.root, branch=branch, stop_reason=stop,
                      baseline=baseline, final=final, history=camp.history, serving=served)
-
-
-def load_serving_stage(spec: KernelSpec) -> CampaignSpec | None:
-    """The end-to-end stage's serving spec, checked before the campaign starts (its parity must cover its grid,
-    its parity checkpoint must have weights), with its sandbox resolved (`auto`: the strongest isolation here)."""
-    if spec.serving is None:
-        return None
-    from agent.campaign import check_checkpoints, check_parity_coverage, with_resolved_sandbox
-    from agent.spec import load_spec
-
-    serving = load_spec(spec.serving)
-    check_parity_coverage(serving)
-    check_checkpoints(serving)
-    return with_resolved_sandbox(serving, "search")
-
-
-def serving_backend(serving: CampaignSpec) -> Backend:
-    from sandbox.factory import backend_from_config
-
-    return backend_from_config(serving.sandbox)

@@ -128,7 +128,7 @@ def test_the_serving_stage_needs_vllms_kernel_and_a_serving_spec_whose_parity_co
     short.write_text(json.dumps({"id": "held-0", "prompt_token_ids": [5, 6]}) + "\n")
     (tmp_path / "serving.yaml").write_text(SERVING_SPEC.format(model=TINY_MODEL, prompts=short))
     spec.write_text(KERNEL_SPEC)
-    from agent.kernel_campaign import load_serving_stage
+    from agent.kernel_serving import load_serving_stage
 
     with pytest.raises(SpecError, match="parity"):
         load_serving_stage(load_kernel_spec(spec))
