@@ -115,6 +115,7 @@ class ImagePackage:
     def locate(cls, image: str, *, package: str = "vllm", client: Any = None) -> ImagePackage:
         """Ask `image`'s own interpreter where `package` lives (a container that runs for a second)."""
         import docker.errors
+        import requests
 
         from sandbox.docker_backend import DEFAULT_IMAGE_PYTHON, LABEL, SANDBOX_USER, connect, resolve_image
 
@@ -125,19 +126,24 @@ class ImagePackage:
             raise BackendUnavailable(f"docker image {image} not found; `docker pull {image}` (or build it) on this "
                                      "host first") from exc
         python = (found.labels or {}).get("ratchet.python", DEFAULT_IMAGE_PYTHON)
-        container = client.containers.create(
-            found.id, command=[python, "-I", "-c", _LOCATE, package], entrypoint=[], network_mode="none",
-            read_only=True, user=SANDBOX_USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            tmpfs={"/tmp": "rw,nosuid,nodev,size=64m"}, environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
-            working_dir="/tmp", labels={LABEL: "1", f"{LABEL}.purpose": "locate-package"})
+        code, out, err, container = None, "", "", None
         try:
+            container = client.containers.create(
+                found.id, command=[python, "-I", "-c", _LOCATE, package], entrypoint=[], network_mode="none",
+                read_only=True, user=SANDBOX_USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+                tmpfs={"/tmp": "rw,nosuid,nodev,size=64m"}, working_dir="/tmp",
+                environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
+                labels={LABEL: "1", f"{LABEL}.purpose": "locate-package"})
             container.start()
             code = container.wait(timeout=_LOCATE_TIMEOUT_S).get("StatusCode")
             out = container.logs(stdout=True, stderr=False).decode(errors="replace").strip()
             err = container.logs(stdout=False, stderr=True).decode(errors="replace").strip()
+        except (docker.errors.DockerException, requests.RequestException) as exc:   # no such binary, a timeout
+            err = str(exc)
         finally:
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+            if container is not None:
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True)
         try:
             found_pkg = json.loads(out.splitlines()[-1]) if code == 0 and out else None
         except ValueError:
@@ -157,6 +163,7 @@ class ImagePackage:
     def copy_into(self, dest: Path, *, client: Any = None) -> None:
         """The package's folder, whole (compiled files included), at `dest` (which must not exist)."""
         import docker.errors
+        import requests
 
         from sandbox.docker_backend import LABEL, connect
 
@@ -165,9 +172,11 @@ class ImagePackage:
         client = client or connect()
         staging = dest.parent / f".{dest.name}.from-image-{secrets.token_hex(3)}"
         staging.mkdir(parents=True)
-        container = client.containers.create(self.image_id, command=["true"], entrypoint=[], network_disabled=True,
-                                              labels={LABEL: "1", f"{LABEL}.purpose": "copy-package"})
+        container = None
         try:
+            container = client.containers.create(self.image_id, command=["true"], entrypoint=[],
+                                                  network_disabled=True,
+                                                  labels={LABEL: "1", f"{LABEL}.purpose": "copy-package"})
             chunks, _stat = container.get_archive(self.path)
             with tarfile.open(fileobj=io.BufferedReader(_Chunks(iter(chunks)), 1 << 20), mode="r|") as tar:
                 for member in tar:
@@ -181,12 +190,13 @@ class ImagePackage:
                     f"of {self.files} files, {self.bytes} bytes; check the free space under {dest.parent} "
                     "(`df -h`) and create the workspace again")
             copied.rename(dest)
-        except (tarfile.TarError, docker.errors.APIError, OSError) as exc:
+        except (tarfile.TarError, docker.errors.DockerException, requests.RequestException, OSError) as exc:
             raise WorkspaceError(f"copying {self.path} out of image {self.image} failed: {exc}; check the free "
                                  f"space under {dest.parent} (`df -h`) and `ratchet sandbox doctor`") from exc
         finally:
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+            if container is not None:
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True)
             shutil.rmtree(staging, ignore_errors=True)
 
     def describe(self) -> dict[str, object]:

