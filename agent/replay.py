@@ -27,6 +27,7 @@ from agent import records
 from agent.environment import describe_environment
 from agent.measurements import HARNESS, Measurements
 from agent.spec import CampaignSpec
+from agent.target import target_record, workspace_source
 from audit import verify
 from audit.reader import payload_of, read_records
 from harness.config import BenchmarkConfig
@@ -174,6 +175,10 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     recorded_env, current_env = start.get("environment", {}), describe_environment()
     drift = {k: (recorded_env.get(k), current_env.get(k)) for k in ENV_KEYS
              if recorded_env.get(k) != current_env.get(k)}
+    source = workspace_source(spec)   # vllm-image: the image's package as it is now, compared with the record
+    recorded_image, current_image = start.get("target_image") or {}, target_record(source).get("target_image") or {}
+    drift |= {f"image {k}": (recorded_image.get(k), current_image.get(k)) for k in ("image_id", "version", "path")
+              if recorded_image.get(k) != current_image.get(k)}
     env_detail = "same vLLM, torch, Python, machine" if not drift else \
         "; ".join(f"{k}: recorded {a!r}, here {b!r}" for k, (a, b) in drift.items())
     if not check("environment matches", not drift or allow_env_drift,
@@ -187,8 +192,7 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     # Rebuild the accepted series on a clean workspace at the recorded base.
     ws_dir = work_dir / "workspace"
     shutil.rmtree(ws_dir, ignore_errors=True)
-    ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package,
-                          source=spec.target_source())
+    ws = Workspace.create(ws_dir, serving=dict(spec.server.engine_args), package=spec.target.package, source=source)
     if not check("base tree matches", ws.tree_hash() == start["base_tree"],
                  f"base tree {ws.tree_hash()[:12]} vs recorded {str(start['base_tree'])[:12]}", Exit.PATCH_FAILED):
         return result

@@ -32,7 +32,10 @@ class SpecError(Exception):
 
 class TargetConfig(BaseModel):
     model_config = _STRICT
-    kind: Literal["vllm-installed", "vllm-source"] = "vllm-installed"
+    kind: Literal["vllm-installed", "vllm-source", "vllm-image"] = Field(default="vllm-installed", description=(
+        "what the workspace copies: vllm-installed, this interpreter's vllm package; vllm-source, target.source's "
+        "vllm/; vllm-image, the vllm package of the Docker image the servers run in (sandbox.image; needs "
+        "sandbox.backend: docker), so the overlay shadows the image's own vLLM"))
     package: str = "vllm"
     source: Path | None = Field(default=None, description="vllm-source: a checkout holding vllm/")
     workspace: Path | None = Field(default=None, description="default: .ratchet/workspaces/<name>")
@@ -158,13 +161,23 @@ class CampaignSpec(BaseModel):
             check_engine_args(self.server.engine_args)
         except EngineArgRejected as exc:
             raise ValueError(f"server.engine_args: {exc}") from None
+        if self.target.kind == "vllm-image" and self.sandbox.backend != "docker":
+            raise ValueError(f"target.kind: vllm-image copies vLLM out of sandbox.image ({self.sandbox.image}), the "
+                             "image the servers run in: set sandbox.backend: docker (this spec's is "
+                             f"{self.sandbox.backend}), or use target.kind: vllm-installed for this host's vLLM")
+        if self.target.kind == "vllm-image" and self.target.source is not None:
+            raise ValueError("target.source is for target.kind: vllm-source; vllm-image copies the image's package")
         if self.server.engine_args.get("load_format") == "dummy" and self.parity.model is None:
             raise ValueError("server.engine_args.load_format is dummy: every logprob is equal, so greedy tokens "
                              "prove nothing; set parity.model to a real checkpoint (e.g. models/gemma4-tiny)")
         return self
 
     def target_source(self) -> Path | None:
-        """The package folder to copy into a workspace; None: the installed package."""
+        """The package folder to copy into a workspace; None: the installed package. A vllm-image target's
+        package is inside the image: agent/target.py workspace_source() copies it out."""
+        if self.target.kind == "vllm-image":
+            raise SpecError("target.kind: vllm-image has no folder on this host; create the workspace through "
+                            "agent.target.workspace_source(spec)")
         return self.target.source / self.target.package if self.target.source else None
 
     def workspace_dir(self, cwd: Path) -> Path:

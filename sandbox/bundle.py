@@ -1,4 +1,4 @@
-"""Offline install bundles for air-gapped GPU hosts: wheels resolved here, chunked, reassembled there.
+"""Offline install bundles for GPU hosts without a package index: wheels resolved here, chunked, reassembled there.
 
     build  (here, needs `packaging` and pip with network): resolve what the host lacks from the wheels'
            Requires-Dist (markers evaluated for the target Python/platform), download with
@@ -272,7 +272,7 @@ def drop_files(wheel: Path, patterns: Iterable[str], dest: Path) -> list[str]:
 def write_chunks(files: list[Path], out_dir: Path,
                  chunk_bytes: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Concatenate `files` into one stream cut into `chunk_bytes` pieces, each in its own folder
-    part-NNN/ (one folder per transfer). Returns (file records with offsets, chunk records)."""
+    part-NNN/ (so each can be carried to the host on its own). Returns (file records with offsets, chunk records)."""
     if chunk_bytes <= 0:
         raise BundleError("chunk size must be positive")
     records: list[dict[str, Any]] = []

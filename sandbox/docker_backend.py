@@ -591,7 +591,7 @@ def connect() -> Any:
     try:
         import docker
     except ImportError as exc:  # pragma: no cover - docker is a declared dependency
-        raise BackendUnavailable("the docker SDK is not installed; pip install docker==7.2.0") from exc
+        raise BackendUnavailable("the docker SDK is not installed; pip install 'docker>=7.1'") from exc
     try:
         client = docker.from_env(timeout=120)
         client.ping()

@@ -1,7 +1,8 @@
-"""Git workspaces of the target: the installed vLLM package copied, `git init`-ed, and overlaid
-with PYTHONPATH. Git tracks the sources; compiled `.so` files are hardlinked in (≈435 MB that no
-patch may touch). Candidates are applied with `git apply --check` first and become commits on a
-campaign branch, or are reset away."""
+"""Git workspaces of the target: the installed vLLM package (or a source checkout's, or a Docker image's:
+sandbox/image_package.py) copied, `git init`-ed, and overlaid with PYTHONPATH. Git tracks the sources;
+compiled `.so` files are hardlinked in (copied, out of an image: ≈435 MB that no patch may touch) and kept
+out of git, present in the tree so that it shadows the package whole. Candidates are applied with
+`git apply --check` first and become commits on a campaign branch, or are reset away."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import git
 import yaml
@@ -19,7 +21,7 @@ import yaml
 from sandbox.errors import PatchRejected, WorkspaceError
 from sandbox.patches import check_patch_paths
 
-__all__ = ["Workspace", "installed_package_dir", "SERVING_FILE"]
+__all__ = ["Workspace", "PackageSource", "installed_package_dir", "SERVING_FILE"]
 
 SERVING_FILE = "serving.yaml"
 _BINARY_SUFFIXES = (".so",)
@@ -33,6 +35,12 @@ def installed_package_dir(package: str = "vllm") -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise WorkspaceError(f"package {package!r} is not installed in {os.sys.prefix}; run ./setup.sh")
     return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+class PackageSource(Protocol):
+    """A package that is not a folder on this host (e.g. `ImagePackage`: inside a Docker image)."""
+
+    def copy_into(self, dest: Path) -> None: ...   # the package folder, whole, at `dest` (absent before)
 
 
 def _is_binary(path: Path) -> bool:
@@ -78,14 +86,19 @@ class Workspace:
 
     @classmethod
     def create(cls, root: Path, *, serving: dict[str, object], package: str = "vllm",
-               source: Path | None = None, branch: str = "main") -> Workspace:
-        """Copy `source` (default: the installed package) to root/<package>, commit it as baseline."""
+               source: Path | PackageSource | None = None, branch: str = "main") -> Workspace:
+        """Copy `source` (a folder, a `PackageSource`, default: the installed package) to root/<package>,
+        commit it as baseline."""
         root = root.resolve()
         if root.exists() and any(root.iterdir()):
             raise WorkspaceError(f"{root} exists and is not empty; remove it or choose another --workspace")
-        src = (source or installed_package_dir(package)).resolve()
         root.mkdir(parents=True, exist_ok=True)
-        _copy_tree(src, root / package)
+        if source is None or isinstance(source, Path):
+            src: Path | PackageSource = (source or installed_package_dir(package)).resolve()
+            _copy_tree(src, root / package)
+        else:
+            src = source
+            source.copy_into(root / package)
         (root / ".gitignore").write_text(_GITIGNORE)
         (root / SERVING_FILE).write_text(yaml.safe_dump(serving, sort_keys=True))
         repo = git.Repo.init(root, initial_branch=branch)
@@ -94,6 +107,8 @@ class Workspace:
                 section, option = key.split(".")
                 cw.set_value(section, option, value)
             cw.set_value("core", "symlinks", "false")
+            if not isinstance(src, Path):   # where it came from, for a later reuse to compare (not in the tree)
+                cw.set_value("ratchet", "source", str(src))
         repo.git.add("--all")
         repo.git.commit("-q", "-m", f"baseline: {package} from {src}")
         return cls(root=root, package=package)
@@ -104,6 +119,10 @@ class Workspace:
         if not (root / ".git").exists():
             raise WorkspaceError(f"{root} is not a ratchet workspace (no .git); create it with `ratchet measure`")
         return cls(root=root, package=package)
+
+    def source_description(self) -> str:
+        """What a workspace copied from a `PackageSource` was copied from ("" for a folder of this host)."""
+        return str(self.repo.config_reader("repository").get_value("ratchet", "source", ""))
 
     def head(self) -> str:
         return self.repo.head.commit.hexsha

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Build the vLLM 0.26 bundle for the offline H200 host (torch 2.11+cu130, Python 3.12, no index) with ratchet's
-# own bundle tool. Wheels are cached in .whl/cache (git-ignored); the bundle lands in .bundle/h200-vllm026.
-# Excluded: the CuteDSL/FA4, tilelang, tokenspeed, video and nvcc packages that the measured lean set
-# (../shared/gpu/h200-vllm-0.26-lean-wheels.txt) leaves out, and numpy (the host's 2.5 works).
+# Build a vLLM 0.26 bundle for an offline GPU host with torch 2.11+cu130 and Python 3.12 and no package index (the
+# host image whose packages are experiments/results/h200-host-packages.txt) with ratchet's own bundle tool. For
+# another host, pass its `pip freeze` as --host-packages. Wheels are cached in .whl/cache; the bundle lands in
+# .bundle/h200-vllm026 (or $1). Excluded: the CuteDSL/FA4, tilelang, tokenspeed, video and nvcc packages, which the
+# E2B specs' serving path (TRITON_ATTN) was measured to run without, and numpy (the host's 2.5 works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.bundle/h200-vllm026}

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The serving campaign on an offline H200 host (issue 8), driven by several commands within one fixed window
-# of GPU time:
+# A serving campaign on an offline GPU host (vLLM from ratchet's bundle), driven by several commands within a fixed
+# budget of GPU time:
 #   scripts/gpu-campaign.sh start     after scripts/gpu-stage.sh has gathered every bundle part: install the
 #                                     bundle (scripts/gpu-setup.sh), then start `ratchet run` in its own session,
 #                                     from a private copy of the repo, so it outlives the shell that started it
 #   scripts/gpu-campaign.sh wait N    wait up to N s for it to end; print its progress
 #   scripts/gpu-campaign.sh collect   stop it if still running (SIGTERM: it stops its servers, checkpoints its log), verify the audit log,
 #                                     leave the log (tgz), the report and the console output in $OUT
-# WINDOW_LEFT_S (s, for `start`): what the window of GPU time has left; the loop's wall budget is derived from it.
+# GPU_TIME_LEFT_S (s, for `start`): what the budget of GPU time has left; the loop's wall budget is derived from it
+# (WINDOW_LEFT_S, its earlier name, is read too).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATE=/var/tmp/ratchet-campaign
@@ -40,9 +41,10 @@ start)
   cp "$CKPT/model.safetensors" experiments/models/gemma4-e2b-shaped/   # a copy: a sandbox mounts the folder, not a link's target
   SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
   # Baseline (two server starts) comes before the loop and is not on the loop's wall budget.
-  # What set-up (and training) took comes off the window too.
-  WALL=$(( ${WINDOW_LEFT_S:-1500} - ($(date +%s) - T_START) - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
-  [ "$WALL" -ge 300 ] || { echo "window too short: loop budget would be $WALL s"; exit 1; }
+  # What set-up (and training) took comes off the budget too.
+  LEFT=${GPU_TIME_LEFT_S:-${WINDOW_LEFT_S:-1500}}
+  WALL=$(( LEFT - ($(date +%s) - T_START) - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
+  [ "$WALL" -ge 300 ] || { echo "GPU time too short: loop budget would be $WALL s; raise GPU_TIME_LEFT_S"; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
   echo "loop wall budget: $WALL s" | tee -a "$STATE/gpu.txt"
   date +%s > "$STATE/started"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200 host (after gpu-setup.sh): a short `ratchet compare` A/B, stock vs one engine-arg change,
+# On an offline GPU host (after gpu-setup.sh): a short `ratchet compare` A/B, stock vs one engine-arg change,
 # on a reduced grid (in2048: out128 + prefill, REPEATS pairs). Both servers share the one GPU, so both get
 # gpu_memory_utilization 0.42 (a derived spec in /var/tmp; the committed spec is unchanged).
 set -uo pipefail

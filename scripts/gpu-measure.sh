@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200 host (after gpu-setup.sh): `ratchet measure` of the stock grid; what it leaves (JSON,
+# On an offline GPU host (after gpu-setup.sh): `ratchet measure` of the stock grid; what it leaves (JSON,
 # server and client logs, per-job results) goes to $OUT even when the time limit cuts it short.
 set -uo pipefail
 cd "$(dirname "$0")/.."

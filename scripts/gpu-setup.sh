@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200 host, after scripts/gpu-stage.sh has gathered all parts: install the bundle into python3's
+# On an offline GPU host, after scripts/gpu-stage.sh has gathered all parts: install the bundle into python3's
 # environment (vLLM 0.26 becomes "the installed vllm" that sandbox/workspace.py copies and the pristine
 # client imports), make ratchet importable (a .pth: the client runs `python -I`), bring git for
 # gitpython when absent, write the E2B tokenizer, create the workspace. Prints versions.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the H200 host: copy the bundle part folders this checkout holds into /var/tmp/ratchet-bundle, so that
-# parts brought over in several transfers (<= 64 MiB each) add up there. `--probe` also describes the host.
+# On an offline GPU host: copy the bundle part folders this checkout holds into /var/tmp/ratchet-bundle, so that
+# parts carried over separately (each at most the bundle's --chunk-mb) add up there. `--probe` also describes the
+# host.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.bundle/h200-vllm026

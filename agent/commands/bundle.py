@@ -1,4 +1,4 @@
-"""`ratchet bundle build|install`: offline install bundles for air-gapped GPU hosts (sandbox/bundle.py).
+"""`ratchet bundle build|install`: offline install bundles for GPU hosts without a package index (sandbox/bundle.py).
 
 On the host, where ratchet is not installed, the same install runs as
 `python3 install_bundle.py install DIR` (the bundle carries a copy of sandbox/bundle.py, stdlib only).
@@ -14,6 +14,6 @@ __all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("bundle", help="offline install bundles (wheels, chunked) for air-gapped GPU hosts")
+    p = sub.add_parser("bundle", help="offline install bundles (wheels, chunked) for GPU hosts without a package index")
     bundle.add_arguments(p.add_subparsers(dest="action", required=True, metavar="ACTION"))
     p.set_defaults(func=bundle.run_args)

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
     p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
     p.add_argument("--wall-seconds", type=float,
-                   help="override budget.wall_seconds (e.g. what a fixed window of GPU time has left)")
+                   help="override budget.wall_seconds (e.g. what a fixed budget of GPU time has left)")
     p.add_argument("--search-strategy", choices=("random", "grid"), help="override proposer.search.strategy")
     p.add_argument("--executor", choices=("local", "ray"), help="override executor.kind")
     p.add_argument("--slots", type=int, help="override executor.slots (evaluations in flight; ray only)")

@@ -137,7 +137,7 @@ def _doctor_checks(image: str, need_gpu: bool) -> list[Check]:
 
         checks.append(Check("docker SDK", True, "importable"))
     except ImportError:
-        return checks + [Check("docker SDK", False, "not importable", "pip install docker==7.2.0")]
+        return checks + [Check("docker SDK", False, "not importable", "pip install 'docker>=7.1'")]
     cli = shutil.which("docker")
     checks.append(
         Check(

@@ -17,10 +17,34 @@ parity: {prompts: p.jsonl}
 """
 
 
-@pytest.mark.parametrize("name", ["gemma4-tiny-cpu.yaml", "gemma4-e2b-gpu.yaml"])
+@pytest.mark.parametrize("name", ["gemma4-tiny-cpu.yaml", "gemma4-e2b-gpu.yaml", "gemma4-e2b-gpu-docker.yaml"])
 def test_bundled_specs_validate(name: str) -> None:
     spec = load_spec(ROOT / "experiments" / name)
     assert spec.server.model.is_absolute() and spec.parity.prompts.is_absolute()
+
+
+def test_the_docker_gpu_spec_is_the_e2b_config_served_by_the_vllm_image_it_copies() -> None:
+    docker = load_spec(ROOT / "experiments" / "gemma4-e2b-gpu-docker.yaml")
+    plain = load_spec(ROOT / "experiments" / "gemma4-e2b-gpu.yaml")
+    assert docker.target.kind == "vllm-image" and docker.target.package == "vllm"
+    assert (docker.sandbox.backend, docker.sandbox.image, docker.sandbox.gpus) == \
+        ("docker", "vllm/vllm-openai:v0.26.0", 1)
+    assert docker.hardware == "gpu"
+    for section in ("server", "benchmark", "parity", "stats", "budget", "proposer"):
+        assert getattr(docker, section) == getattr(plain, section), section
+
+
+def test_a_vllm_image_target_needs_the_docker_backend_and_no_source(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL + "target: {kind: vllm-image}\n")
+    with pytest.raises(SpecError, match=r"vllm-image copies vLLM out of sandbox.image .* set sandbox.backend: docker"):
+        load_spec(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(MINIMAL + "target: {kind: vllm-image, source: src}\nsandbox: {backend: docker}\n")
+    with pytest.raises(SpecError, match="target.source is for target.kind: vllm-source"):
+        load_spec(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(MINIMAL + "target: {kind: vllm-image}\nsandbox: {backend: docker, image: img}\n")
+    spec = load_spec(tmp_path / "s.yaml")
+    with pytest.raises(SpecError, match="no folder on this host"):
+        spec.target_source()
 
 
 def test_the_seed_grid_is_in_the_gpu_spec() -> None:

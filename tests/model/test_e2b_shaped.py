@@ -22,7 +22,7 @@ from agent.spec import SpecError, load_spec
 ROOT = Path(__file__).resolve().parents[2]
 HERE = ROOT / "experiments" / "models" / "gemma4-e2b-shaped"
 E2B = ROOT / "experiments" / "models" / "gemma4-e2b-dummy" / "config.json"
-GPU_SPECS = ("gemma4-e2b-gpu.yaml", "gemma4-e2b-gpu-campaign.yaml")
+GPU_SPECS = ("gemma4-e2b-gpu.yaml", "gemma4-e2b-gpu-campaign.yaml", "gemma4-e2b-gpu-docker.yaml")
 
 
 def _task() -> ModuleType:

@@ -1,53 +1,17 @@
-"""Fixtures for the docker sandbox tests: a client for a running dockerd and the built CPU image.
-
-Outside CI a missing dockerd or image skips the docker tests with the command that fixes it; in CI
-(env CI set) it fails, because CI starts dockerd (scripts/start-dockerd.sh) and builds the image.
-"""
+"""Fixtures for the docker sandbox tests (the client and the built CPU image: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
-
-
-def _unavailable(why: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
-
-
-@pytest.fixture(scope="session")
-def docker_client() -> Iterator[Any]:
-    from sandbox.docker_backend import connect
-    from sandbox.errors import BackendUnavailable
-
-    try:
-        client = connect()
-    except BackendUnavailable as exc:
-        _unavailable(f"{exc}")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def sandbox_image(docker_client: Any) -> str:
-    from sandbox.image_build import DEFAULT_TAG
-
-    try:
-        docker_client.images.get(DEFAULT_TAG)
-    except Exception:  # noqa: BLE001
-        _unavailable(f"image {DEFAULT_TAG} absent; run `ratchet sandbox build`")
-    return DEFAULT_TAG
 
 
 @pytest.fixture
