@@ -10,6 +10,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from harness.engine_args import check_engine_args
 from harness.errors import EngineArgRejected
 
+# Workload parity's sign-test level. A change that is kept faces the test three times (its screen, its
+# confirmation, the final comparison): at 0.05 each, about one harmless change in seven is rejected. Run 5 of
+# the main job was (enforce_eager false, confirmation: 12 vs 3 requests wrong on one side only, p = 0.018),
+# while the same change's other 8 recorded comparisons pool to 26 vs 35 (experiments/results/workload-answers.md).
+# At 0.01 the three tests together reject a harmless change about 3 % of the time, and the planted long-context
+# shortcut (10 vs 0, p = 0.001) still fails; held-prompt logprob drift catches it too.
+DEFAULT_WORKLOAD_ALPHA = 0.01
+
 __all__ = ["ServerConfig", "BenchmarkConfig", "ParityConfig", "StatsConfig", "Cell"]
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -122,7 +130,7 @@ class ParityConfig(BaseModel):
     tie_margin: Annotated[float, Field(gt=0)] = Field(default=1.0, description=(
         "workload parity: a benchmark request whose output diverges where the reference's top-1/top-2 margin is "
         "at least this (nats) fails parity; below it, the divergence is counted as a tie flip"))
-    workload_alpha: Annotated[float, Field(gt=0, lt=0.5)] = Field(default=0.05, description=(
+    workload_alpha: Annotated[float, Field(gt=0, lt=0.5)] = Field(default=DEFAULT_WORKLOAD_ALPHA, description=(
         "workload parity on a dataset with known answers (copy-task): the candidate fails when it answers "
         "significantly more benchmark requests wrongly than the reference (one-sided sign test at this level)"))
     uncovered: str | None = Field(default=None, description=(

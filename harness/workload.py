@@ -29,12 +29,12 @@ from pathlib import Path
 import httpx
 
 from harness.bench import CellRun
+from harness.config import DEFAULT_WORKLOAD_ALPHA
 
 __all__ = ["Divergence", "Scores", "WorkloadReport", "compare_workload", "sign_test", "DEFAULT_TIE_MARGIN",
            "DEFAULT_WORKLOAD_ALPHA", "MAX_LOOKUPS"]
 
 DEFAULT_TIE_MARGIN = 1.0   # nats: the embedded checkpoint's copy positions have margins of 5.4-12
-DEFAULT_WORKLOAD_ALPHA = 0.05   # the sign test's level: a candidate wrong on 5 more requests than the reference fails
 MAX_LOOKUPS = 16           # margin requests per comparison; divergences beyond are judged without one
 
 

@@ -89,3 +89,19 @@ def test_the_vllm_kernel_run3_table_comes_from_its_verified_log(tmp_path: Path) 
         before, after = f"{row['before_median_us']:,.1f}", f"{row['after_median_us']:,.1f}"
         line = next(line for line in text.splitlines() if f"| {before} | {after} |" in line).replace("**", "")
         assert f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" in line, line
+
+
+def test_the_workload_test_table_of_main_job_run5_comes_from_the_committed_logs(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 5: the rejected confirmation and the same change's other comparisons."""
+    from workload_tests import tests_of
+
+    found = []
+    for run in (2, 3, 4, 5):
+        with tarfile.open(RESULTS / f"main-job-run{run}-log.tgz") as tar:
+            tar.extractall(tmp_path / str(run), filter="data")
+        (log,) = (tmp_path / str(run)).glob("*/")
+        found += [(run, comparison, cand, ref) for what, comparison, cand, ref in tests_of(log)
+                  if what.startswith("enforce_eager") or comparison == "final"]
+    assert (5, "confirmation", 12, 3) in found
+    others = [t for t in found if t != (5, "confirmation", 12, 3)]
+    assert len(others) == 8 and sum(t[2] for t in others) == 26 and sum(t[3] for t in others) == 35

