@@ -18,7 +18,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import policies
-from agent.spec import BudgetConfig, LLMSettings, SearchConfig, SpecError, format_spec_error, read_spec_file
+from agent.spec import (
+    BudgetConfig,
+    LLMSettings,
+    SearchConfig,
+    SpecError,
+    format_spec_error,
+    read_spec_file,
+    resolve_patch_files,
+)
 from harness.config import StatsConfig
 from harness.kernel.config import CorrectnessConfig, Interface, RooflineConfig, ShapeConfig, TimingConfig
 
@@ -76,15 +84,20 @@ class KernelTarget(BaseModel):
 
 class KernelProposerConfig(BaseModel):
     """search: the kernel's `NAME = int` tunables; llm: a coding agent editing the kernel file, with
-    check_kernel (the harness's checks and a timing of its patch) before it proposes."""
+    check_kernel (the harness's checks and a timing of its patch) before it proposes; patches: given patch files,
+    in order (agent/proposers/patch_files.py)."""
 
     model_config = _STRICT
-    kind: Literal["search", "llm"] = "search"
+    kind: Literal["search", "llm", "patches"] = "search"
     search: SearchConfig = SearchConfig()
     llm: LLMSettings = LLMSettings()
+    patches: list[Path] = Field(default_factory=list, description=(
+        "kind patches: patch files of the kernel proposed in order, one per iteration; relative to the spec"))
 
     @model_validator(mode="after")
     def _integer_tunables(self) -> KernelProposerConfig:
+        if self.kind == "patches" and not self.patches:
+            raise ValueError("kind: patches needs proposer.patches, a list of patch files")
         for name, values in self.search.space.items():
             if not re.fullmatch(r"[A-Z][A-Z0-9_]*", name):
                 raise ValueError(f"tunable {name!r}: names are module constants in CAPITALS")
@@ -154,6 +167,7 @@ def load_kernel_spec(path: Path) -> KernelSpec:
     if not (isinstance(target, dict) and target.get("kind") == "kernel"):
         raise SpecError(f"{path}: not a kernel spec (target.kind is not 'kernel'); run it with `ratchet run`")
     base = path.resolve().parent
+    resolve_patch_files(data, base)
     for block, key in ((data, "policy"), (data, "serving"), (target, "source"), (target, "workspace"),
                        (target, "prelude")):
         if isinstance(block.get(key), str):

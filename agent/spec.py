@@ -87,9 +87,18 @@ class LLMSettings(BaseModel):
 
 class ProposerConfig(BaseModel):
     model_config = _STRICT
-    kind: Literal["search", "llm"] = "search"
+    kind: Literal["search", "llm", "patches"] = "search"
     search: SearchConfig = SearchConfig()
     llm: LLMSettings = LLMSettings()
+    patches: list[Path] = Field(default_factory=list, description=(
+        "kind patches: patch files proposed in order, one per iteration (a change written elsewhere, e.g. a "
+        "vendor's, put through the same gate and verdict); relative to the spec file"))
+
+    @model_validator(mode="after")
+    def _patch_files(self) -> ProposerConfig:
+        if self.kind == "patches" and not self.patches:
+            raise ValueError("kind: patches needs proposer.patches, a list of patch files")
+        return self
 
 
 class BudgetConfig(BaseModel):
@@ -198,6 +207,15 @@ def _resolve_paths(data: dict[str, object], base: Path) -> None:
         if isinstance(block, dict) and isinstance(block.get(key), str):
             path = Path(block[key]).expanduser()
             block[key] = str(path if path.is_absolute() else (base / path).resolve())
+    resolve_patch_files(data, base)
+
+
+def resolve_patch_files(data: dict[str, object], base: Path) -> None:
+    """proposer.patches, relative to the spec file's folder (serving and kernel specs alike)."""
+    proposer = data.get("proposer")
+    if isinstance(proposer, dict) and isinstance(proposer.get("patches"), list):
+        proposer["patches"] = [str(p if (p := Path(str(x)).expanduser()).is_absolute() else (base / p).resolve())
+                               for x in proposer["patches"]]
 
 
 def format_spec_error(path: Path, exc: ValidationError, *, docs: str = "experiments/README.md") -> str:

@@ -31,7 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--out", help="write the summary JSON here (and the same name with .md)")
     p.add_argument("--serving", help="a serving spec for the end-to-end stage (overrides the spec's `serving:`): "
                                      "stock vs best served from the same vLLM tree decides the verdict")
-    p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
+    p.add_argument("--proposer", choices=("search", "llm", "patches"), help="default: the spec's proposer.kind")
+    p.add_argument("--patch", action="append", default=[], metavar="FILE",
+                   help="a patch file to propose (repeatable; implies --proposer patches; replaces proposer.patches)")
     p.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --proposer llm")
     p.add_argument("--llm-model", help="model name for --proposer llm")
     p.set_defaults(func=run)
@@ -62,7 +64,16 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "serving", None):
         spec = type(spec).model_validate({**spec.model_dump(), "serving": Path(args.serving).resolve()})
     proposer = None
-    if (getattr(args, "proposer", None) or spec.proposer.kind) == "llm":
+    kind = "patches" if getattr(args, "patch", None) else (getattr(args, "proposer", None) or spec.proposer.kind)
+    if kind == "patches":
+        from agent.proposers.patch_files import PatchFilesProposer
+
+        files = [Path(f).resolve() for f in getattr(args, "patch", None) or []] or list(spec.proposer.patches)
+        if not files:
+            err_console.print("ratchet kernel: --proposer patches needs --patch FILE or proposer.patches in the spec")
+            return 2
+        proposer = PatchFilesProposer(files)
+    elif kind == "llm":
         from agent.proposers.llm import LLMConfig, LLMProposer
 
         settings = spec.proposer.llm.model_dump(exclude_none=True)

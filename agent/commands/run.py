@@ -26,7 +26,7 @@ __all__ = ["register", "make_proposer", "print_end"]
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("run", help="run an optimization campaign (the main job)")
     p.add_argument("spec")
-    p.add_argument("--proposer", choices=("search", "llm"), help="default: the spec's proposer.kind")
+    p.add_argument("--proposer", choices=("search", "llm", "patches"), help="default: the spec's proposer.kind")
     p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
     p.add_argument("--wall-seconds", type=float,
                    help="override budget.wall_seconds (e.g. what a fixed budget of GPU time has left)")
@@ -46,6 +46,12 @@ def make_proposer(spec: CampaignSpec, kind: str, *, base_url: str | None = None,
         from agent.proposers.search import SearchProposer
 
         return SearchProposer(spec.proposer.search)
+    if kind == "patches":
+        from agent.proposers.patch_files import PatchFilesProposer
+
+        if not spec.proposer.patches:
+            raise SpecError("proposer kind patches: the spec lists no proposer.patches")
+        return PatchFilesProposer(spec.proposer.patches)
     from agent.proposers.llm import LLMConfig, LLMProposer  # type: ignore[import-not-found]
 
     settings = spec.proposer.llm.model_dump(exclude_none=True)

@@ -201,3 +201,31 @@ def test_the_llm_agent_is_told_it_edits_vllms_kernel_and_how_the_harness_calls_i
     vllm = prompt("vllm-unified-attention")
     assert "TRITON_ATTN" in vllm and "paged cache" in vllm and "Keep the function's signature" in vllm
     assert "TRITON_ATTN" not in prompt("contiguous")
+
+
+def test_patch_files_on_vllms_kernel_are_checked_and_timed_like_any_candidate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ratchet kernel SPEC --patch F ...`: a code change written elsewhere goes through the gate, the checks and the
+    A/B in order; a faster right one is kept, one that reads the wrong keys is refused as wrong."""
+    monkeypatch.setenv("RATCHET_AUDIT_KEY", str(tmp_path / "keys" / "audit-key.ed25519"))
+    write_vllm_tree(tmp_path / "src")
+    (tmp_path / "prelude.patch").write_text(file_diff(KERNEL_FILE, vllm_fakes.KERNEL, vllm_fakes.NAMED))
+    faster = tmp_path / "one-pass.patch"
+    one_pass = vllm_fakes.NAMED.replace("_PASSES = 3", "_PASSES = 1")
+    faster.write_text("# One pass is enough.\n" + file_diff(KERNEL_FILE, vllm_fakes.NAMED, one_pass))
+    wrong = tmp_path / "no-window.patch"
+    wrong.write_text(file_diff(KERNEL_FILE, vllm_fakes.NAMED,
+                               vllm_fakes.NAMED.replace("if window_size[0] >= 0:", "if False:")))
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC.replace("max_iterations: 2", "max_iterations: 3"))
+    out = tmp_path / "summary.json"
+    rc = main(["kernel", str(spec_path), "--patch", str(faster), "--patch", str(wrong), "--log-dir",
+               str(tmp_path / "logs"), "--workspaces", str(tmp_path / "ws"), "--out", str(out)])
+    summary = json.loads(out.read_text())
+    assert rc == 0 and summary["audit_verify"]["ok"]
+    outcomes = [(i["outcome"], i["source"].split(":")[1] if i["source"] else "") for i in summary["iterations"]]
+    assert outcomes == [("accepted", "one-pass.patch"), ("parity-broken", "no-window.patch"), ("invalid", "")], outcomes
+    (log_dir,) = (tmp_path / "logs").iterdir()
+    hypotheses = [payload_of(log_dir, r)["hypothesis"] for r in read_records(log_dir)
+                  if r["kind"] == "iteration.hypothesis"]
+    assert hypotheses == ["One pass is enough.", "the change in no-window.patch"]
