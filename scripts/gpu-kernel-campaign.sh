@@ -7,6 +7,7 @@
 #   SPEC    the kernel spec (default: ratchet's own attention kernel, experiments/gemma4-e2b-attention-kernel.yaml;
 #           vLLM's own kernel: experiments/vllm-unified-attention-e2b.yaml)
 #   ITERS, WALL, LIMIT   override the spec's iteration and wall-time budgets, and the command's own time limit
+#   PATCHES  space-separated patch files to propose in order instead of the spec's proposer (ratchet kernel --patch)
 #   VLLM_SOURCES   a .tgz of a vLLM release's Python sources (e.g. vllm-0.26.0's `vllm/`), for a host where vLLM
 #           is not installed: it is installed into the same target as the wheels and becomes "the installed
 #           vLLM" the vllm-unified-attention spec copies. That kernel path loads none of vLLM's compiled
@@ -41,6 +42,7 @@ name=$(basename "$SPEC" .yaml)
 args=(--log-dir /var/tmp/klogs --workspaces /var/tmp/kws --out "$OUT/$name.json")
 [ -n "${ITERS:-}" ] && args+=(--max-iterations "$ITERS")
 [ -n "${WALL:-}" ] && args+=(--wall-seconds "$WALL")
+for patch in ${PATCHES:-}; do args+=(--patch "$patch"); done
 timeout -s INT -k 20 "${LIMIT:-540}" python3 -m agent.cli kernel "$SPEC" "${args[@]}" 2>&1 | tee "$OUT/campaign.log"
 echo "campaign rc=${PIPESTATUS[0]}"
 for d in /var/tmp/klogs/*/; do python3 -m agent.cli audit verify "$d" 2>&1 | tee -a "$OUT/verify.txt"; done

@@ -64,31 +64,42 @@ def test_the_vllm_kernel_table_comes_from_its_verified_log(tmp_path: Path) -> No
         assert ci in line and f"{row['before_pct_hbm']:.1f}" in line, line
 
 
-def test_the_vllm_kernel_run3_table_comes_from_its_verified_log(tmp_path: Path) -> None:
-    """Runs 2 and 3 of the same results file: both logs verify, and run 3's table rows are its summary's."""
+def _kernel_run_table(tmp_path: Path, tgz: str, summary_file: str, section: str, records: dict[str, int]) -> None:
+    """A run of results/vllm-kernel-campaign-h200.md: its logs verify, and its table rows are its summary's."""
     from audit import verify
     from audit.reader import payload_of, read_records
     from policies import redecider
     from policies.known import known_policies
 
-    with tarfile.open(RESULTS / "vllm-kernel-campaign-h200-runs2-3-log.tgz") as tar:
+    with tarfile.open(RESULTS / tgz) as tar:
         tar.extractall(tmp_path, filter="data")
     counts = {}
-    for log_dir in tmp_path.glob("vllm-unified-attention-e2b-*"):
+    for log_dir in tmp_path.glob("vllm-unified-attention-e2b*-2026*"):
         checked = verify(log_dir, redecide=redecider(known_policies()))
         assert checked.ok, checked
         counts[log_dir.name.split("-2026")[0]] = checked.records
-    assert counts == {"vllm-unified-attention-e2b-prefill": 90, "vllm-unified-attention-e2b-combined": 27}
-    (run3,) = tmp_path.glob("vllm-unified-attention-e2b-combined-*")
-    final = payload_of(run3, next(r for r in read_records(run3) if r["kind"] == "final.result"))
-    summary = json.loads((RESULTS / "vllm-kernel-campaign-h200-run3.json").read_text())
+    assert counts == records
+    summary = json.loads((RESULTS / summary_file).read_text())
+    run = tmp_path / summary["campaign_id"]
+    final = payload_of(run, next(r for r in read_records(run) if r["kind"] == "final.result"))
     assert final["tunables_after"] == summary["tunables_after"] and summary["tunables_before"] == {}
-    text = (RESULTS / "vllm-kernel-campaign-h200.md").read_text().split("## Run 3")[1]
+    text = (RESULTS / "vllm-kernel-campaign-h200.md").read_text().split(section)[1].split("\n## ")[0]
     for row in summary["shapes"]:
         assert row["speedup"] == final["shapes"][row["shape"]]["speedup"]["ratio"]
         before, after = f"{row['before_median_us']:,.1f}", f"{row['after_median_us']:,.1f}"
         line = next(line for line in text.splitlines() if f"| {before} | {after} |" in line).replace("**", "")
         assert f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" in line, line
+
+
+def test_the_vllm_kernel_run3_table_comes_from_its_verified_log(tmp_path: Path) -> None:
+    _kernel_run_table(tmp_path, "vllm-kernel-campaign-h200-runs2-3-log.tgz", "vllm-kernel-campaign-h200-run3.json",
+                      "## Run 3", {"vllm-unified-attention-e2b-prefill": 90, "vllm-unified-attention-e2b-combined": 27})
+
+
+def test_the_vllm_kernel_run4_table_comes_from_its_verified_log(tmp_path: Path) -> None:
+    """Run 4: the window-segments code change and the tunables, proposed as patch files."""
+    _kernel_run_table(tmp_path, "vllm-kernel-campaign-h200-run4-log.tgz", "vllm-kernel-campaign-h200-run4.json",
+                      "## Run 4", {"vllm-unified-attention-e2b": 37})
 
 
 def test_the_workload_test_table_of_main_job_run5_comes_from_the_committed_logs(tmp_path: Path) -> None:
