@@ -138,6 +138,27 @@ class KernelCampaign:
         self.writer.checkpoint()
         return payload
 
+    def patched_ab(self, i: int, name: str, diff: str, *, shapes: list[ShapeConfig] | None = None,
+                   on_applied: Callable[[str], object] = lambda canonical: None
+                   ) -> tuple[str, dict[str, Any], KernelAB]:
+        """The incumbent (A) and the incumbent with `diff` applied (B), checked and timed in one runner, and the
+        result read as an A/B; `on_applied(canonical diff)` runs between the patch and the runner (a log record
+        written before the action). The two trees are gone afterwards. Returns (canonical diff, result, A/B)."""
+        ws, work = self.workspace, self.log_dir / "runs" / name
+        tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
+        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
+        try:
+            canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
+            on_applied(canonical)
+            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=name, roofline=False, shapes=shapes)
+            ab = compare(result, a="A", b="B", stats=self.spec.stats,
+                         expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
+                                          "B": file_sha256(tree_b / self.kernel_file)})
+        finally:
+            ws.remove_copy(tree_a)
+            ws.remove_copy(tree_b)
+        return canonical, result, ab
+
     def prelude(self, patch: str) -> dict[str, Any]:
         """The spec's prelude (e.g. vLLM's launch parameters named as tunables at values that keep its behaviour)
         against the incumbent (the stock file), gated and measured like a candidate. It is kept when it is
@@ -146,18 +167,7 @@ class KernelCampaign:
         ws = self.workspace
         diff = to_unified_diff(ws.root, patch, "diff")
         self.gate.require({"kind": "patch", "diff": diff}, iteration=0)
-        work = self.log_dir / "runs" / "prelude"
-        tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
-        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
-        try:
-            canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
-            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=0, name="prelude", roofline=False)
-            ab = compare(result, a="A", b="B", stats=self.spec.stats,
-                         expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
-                                          "B": file_sha256(tree_b / self.kernel_file)})
-        finally:
-            ws.remove_copy(tree_a)
-            ws.remove_copy(tree_b)
+        canonical, _, ab = self.patched_ab(0, "prelude", diff)
         regressed = regressed_cells(ab.shapes, self.spec.stats)
         kept = ab.correct and ab.outcome != "quarantined" and not regressed
         reason = ab.reason if not kept and not regressed else (
@@ -227,20 +237,12 @@ class KernelCampaign:
         the named shapes. A hint for the agent: nothing here is a verdict, and the loop never reads it."""
         self._checks += 1
         t0 = time.monotonic()
-        name = f"it{i:03d}/check{self._checks}"
-        ws, shapes = self.workspace, self.shapes_named(names)
-        tree_a = ws.checkout_copy(self.incumbent_ref, self.log_dir / "runs" / name / "tree-A")
-        tree_b = ws.checkout_copy(self.incumbent_ref, self.log_dir / "runs" / name / "tree-B")
+        shapes = self.shapes_named(names)
         try:
-            Workspace.open(tree_b, ws.package).apply_patch(diff)
-            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=name, roofline=False, shapes=shapes)
-            text = _check_text(result, compare(result, a="A", b="B", stats=self.spec.stats, expected_sha256={
-                "A": file_sha256(tree_a / self.kernel_file), "B": file_sha256(tree_b / self.kernel_file)}))
+            _, result, ab = self.patched_ab(i, f"it{i:03d}/check{self._checks}", diff, shapes=shapes)
+            text = _check_text(result, ab)
         except (HarnessError, SandboxError, PatchRejected) as exc:
             text = f"correctness: not known\nhint: none\nerror: {type(exc).__name__}: {str(exc)[:4000]}"
-        finally:
-            ws.remove_copy(tree_a)
-            ws.remove_copy(tree_b)
         text = f"check_kernel ({time.monotonic() - t0:.0f} s, shapes {', '.join(s.name for s in shapes)})\n{text}"
         self.writer.append(records.note_kind("check_kernel"), iteration=i, payload={
             "patch_sha256": hashlib.sha256(diff.encode()).hexdigest(), "shapes": [s.name for s in shapes],
@@ -279,20 +281,12 @@ class KernelCampaign:
         ws = self.workspace
         diff = to_unified_diff(ws.root, proposal.patch, proposal.patch_format)
         self.gate.require({"kind": "patch", "diff": diff}, iteration=i)
-        work = self.log_dir / "runs" / f"it{i:03d}"
-        tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
-        tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
-        try:
-            canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
+
+        def record(canonical: str) -> None:
             self.writer.append(records.ITERATION_PATCH, iteration=i,
                                payload={"diff": canonical, "base": self.incumbent_ref})
-            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=f"it{i:03d}", roofline=False)
-            ab = compare(result, a="A", b="B", stats=self.spec.stats,
-                         expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
-                                          "B": file_sha256(tree_b / self.kernel_file)})
-        finally:
-            ws.remove_copy(tree_a)
-            ws.remove_copy(tree_b)
+
+        _, result, ab = self.patched_ab(i, f"it{i:03d}", diff, on_applied=record)
         commit = None
         if ab.outcome == "accepted":
             ws.apply_patch(diff)

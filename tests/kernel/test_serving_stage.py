@@ -28,25 +28,8 @@ from tests.fake_measurements import FakeMeasurements
 from tests.kernel import vllm_fakes
 from tests.kernel.vllm_fakes import KERNEL_FILE, write_vllm_tree
 
-KERNEL_SPEC = """
-schema_version: 1
-name: vllm-kernel-serving-test
-hardware: cpu
-target: {kind: kernel, interface: vllm-unified-attention, source: src/vllm,
-         module: v1/attention/ops/triton_unified_attention.py, entry: unified_attention, prelude: prelude.patch}
-device: cpu
-dtype: float32
-shapes:
-  - {name: decode, batch: 2, q_len: 1, kv_len: 256, head_dim: 32, sliding_window: 128}
-  - {name: prefill, batch: 1, q_len: 64, kv_len: 64, head_dim: 32}
-timing: {rounds: 6, calls_per_round: 3, warmup_calls: 1, flush_l2: false}
-roofline: null
-stats: {cell_guard: 0.5}     # CPU time here swings widely; see test_vllm_interface.py
-proposer: {kind: search, search: {strategy: grid, space: {GEMMA4_PASSES: [0, 1]}}}
-budget: {max_iterations: 2, wall_seconds: 600}
-runner_timeout_s: 300
-serving: serving.yaml
-"""
+KERNEL_SPEC = vllm_fakes.CAMPAIGN_SPEC.replace("name: vllm-kernel-test", "name: vllm-kernel-serving-test") + (
+    "serving: serving.yaml\n")
 
 SERVING_SPEC = """
 schema_version: 1
