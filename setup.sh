@@ -29,6 +29,9 @@ setup_venv() {
   "$venv/bin/pip" install -q -c "$pins" -e '.[cpu,test,ray]'
   # PyPI's torchvision/torchaudio/torchcodec do not match the +cpu torch and break transformers' import.
   "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  # Gemma 4's image processor needs torchvision's Python side: the pinned wheel without its CUDA-linked
+  # extensions (the script says why and what it changes).
+  "$venv/bin/python" scripts/install-torchvision-cpu.py
   "$venv/bin/python" -c "import vllm, transformers, torch; print('setup: vllm', vllm.__version__, 'torch', torch.__version__)" >&2
   rm -f "$venv"/.ratchet-setup-*
   touch "$stamp"
