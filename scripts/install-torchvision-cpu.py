@@ -2,35 +2,30 @@
 
     .venv/bin/python scripts/install-torchvision-cpu.py            (setup.sh runs it)
 
-Gemma 4's image processor (transformers) imports torchvision.transforms.v2 and resizes/rescales/patchifies
-with plain torch ops. PyPI's torchvision wheels are CUDA builds: their C extensions (`_C.so`, `image.so`) link
-libtorch_cuda, which the +cpu torch lacks, and PyTorch's CPU index is not reachable from offline hosts. So this
-installs the PyPI wheel pinned in constraints.txt without its C extensions: torchvision's own loader treats a
-missing `_C` as "no compiled ops" (detection ops such as nms then raise when called; nothing in the Gemma 4
-path calls them). One upstream bug stops that from importing: `_meta_registrations.py` registers fake kernels
-for `torchvision::nms`/`qnms` without the `_has_ops()` guard its other registrations have. The fix below adds
-that guard and nothing else, and refuses to run if the file is not the text it expects.
-A host that can reach download.pytorch.org installs `torchvision==<pin>+cpu` instead (sandbox/images/Dockerfile.cpu).
+Gemma 4's image processor (transformers) imports torchvision.transforms.v2 and resizes, rescales and
+patchifies with plain torch ops. PyPI's torchvision wheels are CUDA builds: their C extensions (`_C.so`,
+`image.so`) link libtorch_cuda, which the +cpu torch lacks, and PyTorch's CPU index is not reachable from
+offline hosts. So this installs the PyPI wheel pinned below (the release for torch 2.13) without its C
+extensions. torchvision's own loader treats a missing `_C` as "no compiled ops" (detection ops such as nms
+then raise when called; nothing in the Gemma 4 path calls them). One upstream bug stops that from importing:
+`_meta_registrations.py` registers fake kernels for `torchvision::nms`/`qnms` without the `_has_ops()` guard
+its other registrations have. The fix below adds that guard and nothing else, and refuses to run if the file
+is not the text it expects.
+
+A host that can reach download.pytorch.org installs `torchvision==<pin>+cpu` instead (sandbox/images/
+Dockerfile.cpu). torchvision is no requirement of ratchet's (pyproject.toml): a GPU host's vLLM environment
+brings its own.
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+VERSION = "0.28.0"     # torchvision's release for torch 2.13.0 (constraints.txt); Dockerfile.cpu's TORCHVISION_VERSION
 UNGUARDED = ('@torch.library.register_fake("torchvision::nms")', '@torch.library.register_fake("torchvision::qnms")')
-
-
-def pinned_version() -> str:
-    for line in (REPO / "constraints.txt").read_text().splitlines():
-        m = re.fullmatch(r"torchvision==(\S+)", line.strip())
-        if m:
-            return m.group(1)
-    raise SystemExit("install-torchvision-cpu: constraints.txt pins no torchvision")
 
 
 def guard(source: str) -> str:
@@ -46,7 +41,7 @@ def guard(source: str) -> str:
 
 
 def main() -> None:
-    version = pinned_version()
+    version = VERSION
     pip = [sys.executable, "-m", "pip"]
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([*pip, "download", "-q", "--no-deps", "--only-binary=:all:", "-d", tmp,

@@ -128,3 +128,16 @@ def test_the_documented_install_into_a_vllm_environment_would_add_ratchet_alone(
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (would,) = [line for line in proc.stdout.splitlines() if line.startswith("Would install")]
     assert would.split()[2:] == ["ratchet-0.1.0"]
+
+
+def test_the_cpu_torchvision_is_one_version_in_the_offline_and_the_registry_install() -> None:
+    """setup.sh installs torchvision's Python side with scripts/install-torchvision-cpu.py; the registry image
+    the +cpu build. Both must be torch 2.13's release, or the image processor differs between them."""
+    import re
+
+    script = (ROOT / "scripts" / "install-torchvision-cpu.py").read_text()
+    dockerfile = (ROOT / "sandbox" / "images" / "Dockerfile.cpu").read_text()
+    ours = re.search(r'^VERSION = "([^"]+)"', script, re.M)
+    theirs = re.search(r"^ARG TORCHVISION_VERSION=(\S+)", dockerfile, re.M)
+    assert ours and theirs and ours.group(1) == theirs.group(1)
+    assert "torchvision" not in {normalize(r.name) for r in _every_requirement()}
