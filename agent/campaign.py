@@ -87,6 +87,10 @@ def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "",
         return Ending("not-shown", f"the final comparison measured best vs stock at {final.overall}: its lower "
                                    "bound is below 1.0, so the accepted change(s) are NOT shown to be an "
                                    "improvement")
+    if final.images is not None and final.images.high < 1.0:
+        return Ending("not-shown", f"the final comparison measured the image cells slower, best vs stock "
+                                   f"{final.images} (text cells {final.overall}): the accepted change(s) are NOT "
+                                   "an improvement for requests with images")
     return Ending("improved", f"best vs stock {final.overall} (lower bound above 1.0); {final.parity.summary()}")
 
 
@@ -145,8 +149,9 @@ def check_parity_coverage(spec: CampaignSpec) -> None:
     """Parity must see the lengths and batch shapes the benchmark measures, or the spec must say why not."""
     if spec.parity.uncovered:
         return
-    lengths = [len(p.token_ids) for p in load_prompts(spec.parity.prompts)]
-    gaps = spec.parity.coverage_gaps(spec.benchmark, lengths)
+    prompts = load_prompts(spec.parity.prompts)
+    gaps = spec.parity.coverage_gaps(spec.benchmark, [len(p.token_ids) for p in prompts if not p.has_images],
+                                     with_images=sum(p.has_images for p in prompts))
     if gaps:
         raise SpecError(f"the held prompts ({spec.parity.prompts}) do not cover the grid: {'; '.join(gaps)}. Add "
                         "prompts that long, or set parity.uncovered to the reason (it is recorded)")
@@ -313,6 +318,7 @@ def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd
         "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
         "accepted": [h.iteration for h in accepted], "spent": dict(camp.gate.spent),
         "final": ({"overall": vars(final.overall) if final.overall else None,
+                   **({"images": vars(final.images)} if final.images else {}),
                    "cells": {label: vars(per["headline"]) for label, per in final.cells.items()},
                    "parity_ok": bool(final.parity and final.parity.ok)} if final else None)})
     camp.writer.checkpoint()

@@ -25,7 +25,8 @@ __all__ = ["profile_incumbent", "profiled_cell"]
 
 def profiled_cell(spec: CampaignSpec) -> Cell:
     """The grid's largest end-to-end cell (its prefill phase is profiled at the same input length)."""
-    return max((c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
+    return max((c for c in spec.benchmark.cells() if not c.is_prefill and not c.has_images),
+        key=lambda c: (c.input_len, c.output_len))
 
 
 def profile_incumbent(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,

@@ -401,7 +401,8 @@ class Campaign:
         accepted: dict[int, float] = {}
         for i, done in evals.items():
             if done.result and done.result.parity and done.result.parity.ok and done.result.overall:
-                verdicts[i] = decide(done.result.overall, done.result.headline(), self.spec.stats, stage="screen")
+                verdicts[i] = decide(done.result.overall, done.result.headline(), self.spec.stats, stage="screen",
+                                     images=done.result.images)
                 if verdicts[i].accept and not verdicts[i].quarantine:
                     accepted[i] = done.result.overall.low
         best = max(accepted, key=lambda it: accepted[it]) if accepted else None
@@ -495,7 +496,7 @@ class Campaign:
                 return self._finish(i, "parity-broken", f"confirmation: {result.parity.summary()}",
                                     proposal=proposal, result=result, placement=placement, screen=screen,
                                     screen_placement=screen_placement)
-            verdict = decide(result.overall, result.headline(), self.spec.stats)
+            verdict = decide(result.overall, result.headline(), self.spec.stats, images=result.images)
             reason = f"confirmed: {verdict.reason}" if verdict.accept else \
                 f"not confirmed: {verdict.reason} (screen: {screen.overall})"
         if verdict.quarantine:

@@ -241,20 +241,13 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
 
 
 def reduced_grid(bench: BenchmarkConfig, cells: list[str] | None, repeats: int) -> BenchmarkConfig:
-    """The chosen cells (labels like in512/out64 or in512/out1) with k repeats; default: all cells."""
+    """The chosen cells of the grid (labels like in512/out64, in512/out1, in16/out32/img1x96) with k repeats;
+    default: all cells. A label not in the grid is refused with the grid's labels."""
     if not cells:
         return bench.model_copy(update={"repeats": repeats})
-    pairs = []
-    for label in cells:
-        try:
-            i, o = label.removeprefix("in").split("/out")
-            pairs.append((int(i), int(o)))
-        except ValueError as exc:
-            raise ValueError(f"--cells expects labels like in512/out64, got {label!r}") from exc
-    inputs = sorted({i for i, _ in pairs})
-    outputs = sorted({o for _, o in pairs if o != 1})
-    return bench.model_copy(update={"input_lens": inputs, "output_lens": outputs or [1],
-                                    "prefill": any(o == 1 for _, o in pairs) and bool(outputs), "repeats": repeats})
+    reduced = bench.model_copy(update={"only": list(cells), "repeats": repeats})
+    reduced.cells()    # ValueError naming what the grid has
+    return reduced
 
 
 def write_junit(result: ReplayResult, path: Path) -> None:

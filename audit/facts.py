@@ -134,15 +134,16 @@ def _cells(body: Any, a_rows: Any = None, b_rows: Any = None, metric: str = "") 
 
 def _headline_metric(cell: str, metric: str) -> str:
     # prefill cells (output 1) are judged on prefill throughput, the others on the spec's metric
-    return "prefill_tok_s" if cell.endswith("/out1") else metric
+    return "prefill_tok_s" if cell.split("/")[1:2] == ["out1"] else metric
 
 
-def _cell_key(cell: str) -> tuple[int, int, str]:
+def _cell_key(cell: str) -> tuple[int, int, int, str]:
+    """Text cells first, then image cells (`in16/out32/img1x96`), each by input then output length."""
     try:
-        i, o = cell.removeprefix("in").split("/out")
-        return int(i), int(o), cell
+        i, o, *media = cell.split("/")
+        return len(media), int(i.removeprefix("in")), int(o.removeprefix("out")), cell
     except ValueError:
-        return 1 << 30, 0, cell
+        return 1 << 30, 0, 0, cell
 
 
 def _dict(body: dict[str, Any], key: str) -> dict[str, Any]:

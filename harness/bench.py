@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.config import BenchmarkConfig, Cell
-from harness.datasets import write_copy_task
+from harness.datasets import write_copy_task, write_read_task
 from harness.errors import BenchmarkFailed, MalformedBenchResult
 
 __all__ = ["BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
@@ -86,6 +86,7 @@ class CellRun:
     result: BenchResult
     wall_s: float
     prompts: tuple[str, ...] = ()       # copy-task: the prompt of each request, in order; random: unknown
+    answers: tuple[tuple[str, ...], ...] = ()   # read-task: each request's right output (its picture says it)
 
     @property
     def texts(self) -> tuple[str, ...]:
@@ -95,23 +96,50 @@ class CellRun:
     def metrics(self) -> dict[str, float]:
         out = {k: float(getattr(self.result, k)) for k in SUMMARY_FIELDS}
         out["prefill_tok_s"] = self.result.prefill_tok_s
+        if self.job.cell.has_images:
+            # The chat endpoint reports each request's prompt tokens as the model saw them (image tokens included):
+            # the client's input count is text + image tokens, and prefill throughput counts both.
+            per_request = self.result.total_input_tokens / max(1, self.result.completed)
+            out["input_tokens_per_request"] = per_request
+            out["image_tokens_per_request"] = per_request - self.job.cell.input_len
         return out
 
 
 def dataset_path(job: BenchJob, result_dir: Path) -> Path:
-    """One copy-task prompt file per (cell, repeat): both builds of an A/B read the same requests."""
-    return result_dir / f"prompts-in{job.cell.input_len}-out{job.cell.output_len}-r{job.repeat}.jsonl"
+    """One prompt file per (cell, repeat): both builds of an A/B read the same requests."""
+    cell = job.cell
+    media = f"-img{cell.images}x{cell.image_size}" if cell.has_images else ""
+    return result_dir / f"prompts-in{cell.input_len}-out{cell.output_len}{media}-r{job.repeat}.jsonl"
+
+
+def _image_dataset_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path) -> list[str]:
+    """Image cells go through the chat endpoint (the server's chat template places the pictures)."""
+    assert config.images is not None
+    cell = job.cell
+    chat = ["--backend", "openai-chat", "--endpoint", "/v1/chat/completions"]
+    if config.images.dataset == "read-task":
+        # The client inlines each picture (base64): the server never reads a file or fetches a URL.
+        return [*chat, "--dataset-name", "custom_image", "--dataset-path", str(dataset_path(job, result_dir)),
+                "--custom-output-len", str(cell.output_len), "--disable-shuffle", "--custom-ensure-client-side-data"]
+    return [*chat, "--dataset-name", "random-mm", "--random-input-len", str(cell.input_len),
+            "--random-output-len", str(cell.output_len), "--random-range-ratio", "0",
+            "--random-mm-base-items-per-request", str(cell.images), "--random-mm-num-mm-items-range-ratio", "0",
+            "--random-mm-limit-mm-per-prompt", json.dumps({"image": cell.images, "video": 0}),
+            "--random-mm-bucket-config", f"{{({cell.image_size}, {cell.image_size}, 1): 1.0}}"]
 
 
 def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename: str) -> list[str]:
-    if config.dataset == "copy-task":
-        dataset = ["--dataset-name", "custom", "--dataset-path", str(dataset_path(job, result_dir)),
-                   "--custom-output-len", str(job.cell.output_len), "--skip-chat-template", "--disable-shuffle"]
+    if job.cell.has_images:
+        dataset = _image_dataset_argv(job, config, result_dir)
+    elif config.dataset == "copy-task":
+        dataset = ["--backend", "vllm", "--dataset-name", "custom", "--dataset-path",
+                   str(dataset_path(job, result_dir)), "--custom-output-len", str(job.cell.output_len),
+                   "--skip-chat-template", "--disable-shuffle"]
     else:
-        dataset = ["--dataset-name", "random", "--random-input-len", str(job.cell.input_len),
+        dataset = ["--backend", "vllm", "--dataset-name", "random", "--random-input-len", str(job.cell.input_len),
                    "--random-output-len", str(job.cell.output_len), "--random-range-ratio", "0"]
     return [
-        "--backend", "vllm", "--base-url", job.base_url, "--model", job.model_name,
+        "--base-url", job.base_url, "--model", job.model_name,
         "--tokenizer", str(job.tokenizer), *dataset, "--num-prompts", str(config.prompts_for(job.cell)),
         "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(config.num_warmups),
         "--ignore-eos", "--seed", str(config.seed + job.repeat), "--disable-tqdm",
@@ -120,15 +148,21 @@ def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename:
     ]
 
 
-def _write_datasets(jobs: Sequence[BenchJob], config: BenchmarkConfig, work_dir: Path) -> dict[Path, tuple[str, ...]]:
-    out: dict[Path, tuple[str, ...]] = {}
-    if config.dataset != "copy-task":
-        return out
+def _write_datasets(jobs: Sequence[BenchJob], config: BenchmarkConfig, work_dir: Path
+                    ) -> dict[Path, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]]:
+    """The prompt files the harness writes: per path, each request's prompt and (read-task) right answer."""
+    out: dict[Path, tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]] = {}
     for job in jobs:
         path = dataset_path(job, work_dir)
-        if path not in out:
-            out[path] = tuple(write_copy_task(path, job.cell, config.prompts_for(job.cell), seed=config.seed,
-                                              repeat=job.repeat))
+        if path in out:
+            continue
+        count = config.prompts_for(job.cell)
+        if job.cell.has_images:
+            if config.images is not None and config.images.dataset == "read-task":
+                reqs = write_read_task(path, job.cell, count, seed=config.seed, repeat=job.repeat)
+                out[path] = (tuple(r.text for r in reqs), tuple(tuple(r.answer(job.cell.output_len)) for r in reqs))
+        elif config.dataset == "copy-task":
+            out[path] = (tuple(write_copy_task(path, job.cell, count, seed=config.seed, repeat=job.repeat)), ())
     return out
 
 
@@ -214,8 +248,9 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     if check_alive:
                         check_alive(job)
                     result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
+                    written = prompts.get(dataset_path(job, work_dir), ((), ()))
                     run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
-                                  prompts=prompts.get(dataset_path(job, work_dir), ()))
+                                  prompts=written[0], answers=written[1])
                     check_duration(run)
                     runs.append(run)
                     if on_done:

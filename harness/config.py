@@ -18,24 +18,66 @@ from harness.errors import EngineArgRejected
 # shortcut (10 vs 0, p = 0.001) still fails; held-prompt logprob drift catches it too.
 DEFAULT_WORKLOAD_ALPHA = 0.01
 
-__all__ = ["ServerConfig", "BenchmarkConfig", "ParityConfig", "StatsConfig", "Cell"]
+__all__ = ["ServerConfig", "BenchmarkConfig", "ParityConfig", "StatsConfig", "Cell", "ImageCells"]
 
 PositiveInt = Annotated[int, Field(gt=0)]
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 
 
 class Cell(BaseModel):
+    """One grid point. `input_len` counts text tokens (with the <bos> the server adds); a cell with images
+    sends `images` pictures of `image_size` px square per request on top, through the chat endpoint."""
+
     model_config = _STRICT
     input_len: PositiveInt
     output_len: PositiveInt
+    images: Annotated[int, Field(ge=0)] = 0
+    image_size: Annotated[int, Field(ge=0)] = 0
 
     @property
     def label(self) -> str:
-        return f"in{self.input_len}/out{self.output_len}"
+        text = f"in{self.input_len}/out{self.output_len}"
+        return f"{text}/img{self.images}x{self.image_size}" if self.images else text
 
     @property
     def is_prefill(self) -> bool:
         return self.output_len == 1
+
+    @property
+    def has_images(self) -> bool:
+        return self.images > 0
+
+
+class ImageCells(BaseModel):
+    """Grid cells whose requests carry images (a multimodal checkpoint): measured with the pristine client like
+    the text cells, judged apart from them (their own headline and guard, harness/measure.py)."""
+
+    model_config = _STRICT
+    input_lens: list[PositiveInt] = Field(min_length=1, description="text tokens per request, <bos> included")
+    output_lens: list[PositiveInt] = Field(min_length=1)
+    per_request: PositiveInt = Field(default=1, description="images per request")
+    size: PositiveInt = Field(default=96, description="square image side in px (the model's processor resizes)")
+    prefill: bool = Field(default=True, description="also measure output length 1 per input length")
+    dataset: Literal["read-task", "random-mm"] = Field(default="read-task", description=(
+        "read-task: pictures of the embedded multimodal checkpoint's reading task (harness/datasets.py), whose "
+        "answers are known, so workload parity judges every request; random-mm: the client's random images "
+        "and random text (speed only, e.g. dummy weights)"))
+
+    @model_validator(mode="after")
+    def _task_shape(self) -> ImageCells:
+        if self.dataset == "read-task":
+            if self.per_request != 1:
+                raise ValueError("dataset read-task sends one picture per request; set per_request: 1")
+            if self.size % 8:
+                raise ValueError(f"read-task pictures are 8 x 8 cells: size must be a multiple of 8, not {self.size}")
+            if min(self.input_lens) < 2:
+                raise ValueError("read-task prompts are <bos> ... <read>: input lengths of at least 2")
+        return self
+
+    def cells(self) -> list[Cell]:
+        outs = list(self.output_lens) + ([1] if self.prefill and 1 not in self.output_lens else [])
+        return [Cell(input_len=i, output_len=o, images=self.per_request, image_size=self.size)
+                for o in outs for i in self.input_lens]
 
 
 class ServerConfig(BaseModel):
@@ -81,6 +123,10 @@ class BenchmarkConfig(BaseModel):
         "random: the client's random token ids; copy-task: prompts of the embedded checkpoint's task "
         "(harness/datasets.py), whose every output token is confident, so workload parity judges them all"))
     run_timeout_s: float = Field(default=600.0, gt=0)
+    images: ImageCells | None = Field(default=None, description=(
+        "cells whose requests carry images; reported and guarded apart from the text cells"))
+    only: list[str] | None = Field(default=None, description=(
+        "measure only these cells of the grid (labels; `--cells` of compare and replay sets it)"))
 
     @field_validator("input_lens", "output_lens")
     @classmethod
@@ -104,7 +150,14 @@ class BenchmarkConfig(BaseModel):
         cells = [Cell(input_len=i, output_len=o) for i in self.input_lens for o in self.output_lens]
         if self.prefill:
             cells += [Cell(input_len=i, output_len=1) for i in self.input_lens if 1 not in self.output_lens]
-        return cells
+        cells += self.images.cells() if self.images else []
+        if self.only is None:
+            return cells
+        by_label = {c.label: c for c in cells}
+        unknown = [label for label in self.only if label not in by_label]
+        if unknown:
+            raise ValueError(f"cells {', '.join(unknown)} are not in the grid ({', '.join(by_label)})")
+        return [by_label[label] for label in dict.fromkeys(self.only)]
 
 
 # Measured on the embedded checkpoint in float32 (experiments/logprob_drift.py): harmless changes moved the
@@ -163,11 +216,14 @@ class ParityConfig(BaseModel):
             raise ValueError(str(exc)) from None
         return self
 
-    def coverage_gaps(self, bench: BenchmarkConfig, lengths: list[int]) -> list[str]:
-        """What the held prompts (of `lengths` tokens) miss of the grid: every input length needs at least
-        two prompts that long, the longest prompt plus max_tokens must reach the longest input plus its
-        longest output, and there must be enough prompts to fill a batch at the benchmark's concurrency."""
+    def coverage_gaps(self, bench: BenchmarkConfig, lengths: list[int], *, with_images: int = 0) -> list[str]:
+        """What the held prompts (text prompts of `lengths` tokens, and `with_images` prompts with pictures) miss
+        of the grid: every input length needs at least two prompts that long, the longest prompt plus
+        max_tokens must reach the longest input plus its longest output, there must be enough prompts to fill a
+        batch at the benchmark's concurrency, and image cells need held prompts with pictures (two at least)."""
         gaps = []
+        if bench.images is not None and with_images < 2:
+            gaps.append(f"the grid has image cells; {with_images} held prompt(s) carry a picture, need 2")
         for n in bench.input_lens:
             have = sum(1 for length in lengths if length >= n)
             if have < 2:

@@ -24,7 +24,7 @@ from harness.workload import compare_workload
 from sandbox.base import Backend
 
 __all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric", "parity_server",
-           "cache_dir_for"]
+           "cache_dir_for", "split_headlines"]
 
 # What "faster" means per metric: throughput up, latency down (ratios are oriented so >1 is better).
 HIGHER_IS_BETTER = {"total_token_throughput": True, "output_throughput": True, "request_throughput": True,
@@ -96,6 +96,9 @@ class ABResult:
     parity: ParityReport | None
     cells: dict[str, dict[str, SpeedupCI]]       # cell label -> metric -> ratio (>1: B better)
     overall: SpeedupCI | None                    # None when the benchmark was skipped (parity broken)
+    # The image cells' own headline (geometric mean over them), when the grid has both kinds: `overall` is
+    # then the text cells' alone, and a verdict guards this one (harness/stats.py decide).
+    images: SpeedupCI | None = None
 
     def headline(self) -> dict[str, SpeedupCI]:
         return {label: metrics["headline"] for label, metrics in self.cells.items()}
@@ -185,6 +188,23 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
         result.runs = run_jobs(jobs, bench, work_dir=work_dir / f"bench-{build.tag}", on_done=on_run,
                                check_alive=_alive_check({build.tag: srv}))
     return result
+
+
+def split_headlines(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsConfig
+                    ) -> tuple[SpeedupCI, SpeedupCI | None]:
+    """The headline over the text cells and, apart, over the image cells (None without both kinds): a change
+    that speeds up text but slows the vision path must not hide the one in the other's average."""
+    text = [c for c in cells if not c.has_images]
+    media = [c for c in cells if c.has_images]
+
+    def overall(group: list[Cell]) -> SpeedupCI:
+        head_a = {c.label: a.cell_metrics(c)[headline_metric(c)] for c in group}
+        head_b = {c.label: b.cell_metrics(c)[headline_metric(c)] for c in group}
+        return overall_ci(head_a, head_b, stats_cfg)
+
+    if text and media:
+        return overall(text), overall(media)
+    return overall(cells), None
 
 
 def grid_ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: StatsConfig
@@ -280,5 +300,6 @@ def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, be
                 answer=copy_task_answer if bench.dataset == "copy-task" else None, alpha=parity.workload_alpha)
             report = dataclasses.replace(report, workload=workload)
             progress(workload.summary())
-    cell_cis, overall = grid_ratios(ga, gb, cells, stats_cfg)
-    return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)
+    cell_cis, _ = grid_ratios(ga, gb, cells, stats_cfg)
+    overall, images = split_headlines(ga, gb, cells, stats_cfg)
+    return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall, images=images)

@@ -38,6 +38,13 @@ class Prompt:
     id: str
     token_ids: tuple[int, ...]
     expected: tuple[int, ...] | None = None     # the known right continuation, where the prompt set has one
+    # A prompt with pictures: the chat message content (text and image_url parts, pictures as data: URLs),
+    # sent to the chat endpoint; `token_ids` are then its text tokens, one placeholder per picture.
+    content: tuple[dict[str, object], ...] = ()
+
+    @property
+    def has_images(self) -> bool:
+        return any(part.get("type") == "image_url" for part in self.content)
 
 
 @dataclass(frozen=True)
@@ -149,12 +156,26 @@ def load_prompts(path: Path) -> list[Prompt]:
             obj = json.loads(line)
             ids = tuple(int(t) for t in obj["prompt_token_ids"])
             expected = tuple(int(t) for t in obj["expected_token_ids"]) if "expected_token_ids" in obj else None
-            prompts.append(Prompt(id=str(obj["id"]), token_ids=ids, expected=expected))
+            content = tuple(_content_part(part) for part in obj.get("content") or ())
+            prompts.append(Prompt(id=str(obj["id"]), token_ids=ids, expected=expected, content=content))
         except (ValueError, KeyError, TypeError) as exc:
             raise ParityError(f"{path}:{lineno}: expected {{\"id\", \"prompt_token_ids\"}}: {exc}") from exc
     if not prompts:
         raise ParityError(f"{path} holds no prompts")
     return prompts
+
+
+def _content_part(part: object) -> dict[str, object]:
+    """A chat content part of a held prompt: text, or a picture inline as a data: URL (a held prompt never
+    points the server at a file or the network)."""
+    if not isinstance(part, dict) or part.get("type") not in ("text", "image_url"):
+        raise ValueError(f"content parts are text or image_url, not {part!r:.80}")
+    if part["type"] == "text" and isinstance(part.get("text"), str):
+        return {"type": "text", "text": part["text"]}
+    url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
+    if not isinstance(url, str) or not url.startswith("data:image/"):
+        raise ValueError("an image_url part of a held prompt must hold its picture as a data:image/... URL")
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def tokens_digest(generations: list[Generation]) -> str:
@@ -176,19 +197,42 @@ def _parse_choice(prompt: Prompt, body: dict[str, object]) -> Generation:
     return Generation(prompt_id=prompt.id, token_ids=ids, top_logprobs=tuple(tops))
 
 
+def _parse_chat_choice(prompt: Prompt, body: dict[str, object]) -> Generation:
+    try:
+        choice = body["choices"][0]  # type: ignore[index]
+        ids = tuple(int(t) for t in choice["token_ids"])
+        tops = []
+        for entry in choice["logprobs"]["content"]:
+            pairs = ((int(str(t["token"]).split(":", 1)[1]), float(t["logprob"])) for t in entry["top_logprobs"])
+            ranked = sorted(pairs, key=lambda kv: -kv[1])
+            tops.append(tuple(ranked))
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ParityError(f"server answer for prompt {prompt.id} lacks token_ids/logprobs: {exc}") from exc
+    return Generation(prompt_id=prompt.id, token_ids=ids, top_logprobs=tuple(tops))
+
+
+def _request(model: str, prompt: Prompt, config: ParityConfig) -> tuple[str, dict[str, object]]:
+    """Endpoint and body of a held prompt's greedy request: completions with token ids, or chat with pictures."""
+    common = {"model": model, "max_tokens": config.max_tokens, "temperature": 0.0, "seed": config.seed,
+              "ignore_eos": True, "return_token_ids": True, "return_tokens_as_token_ids": True}
+    if prompt.content:
+        return "/v1/chat/completions", {**common, "messages": [{"role": "user", "content": list(prompt.content)}],
+                                        "logprobs": True, "top_logprobs": config.top_logprobs}
+    return "/v1/completions", {**common, "prompt": list(prompt.token_ids), "logprobs": config.top_logprobs}
+
+
 async def _generate_all(base_url: str, model: str, prompts: list[Prompt], config: ParityConfig,
                         concurrency: int) -> list[Generation]:
     limit = asyncio.Semaphore(concurrency)
 
     async def one(client: httpx.AsyncClient, prompt: Prompt) -> Generation:
-        payload = {"model": model, "prompt": list(prompt.token_ids), "max_tokens": config.max_tokens,
-                   "temperature": 0.0, "seed": config.seed, "logprobs": config.top_logprobs,
-                   "ignore_eos": True, "return_token_ids": True, "return_tokens_as_token_ids": True}
+        endpoint, payload = _request(model, prompt, config)
         async with limit:
-            response = await client.post(f"{base_url}/v1/completions", json=payload)
+            response = await client.post(f"{base_url}{endpoint}", json=payload)
         if response.status_code != 200:
             raise ParityError(f"prompt {prompt.id}: server answered {response.status_code}: {response.text[:300]}")
-        return _parse_choice(prompt, response.json())
+        parse = _parse_chat_choice if prompt.content else _parse_choice
+        return parse(prompt, response.json())
 
     async with httpx.AsyncClient(timeout=config.request_timeout_s) as client:
         return list(await asyncio.gather(*(one(client, p) for p in prompts)))

@@ -125,13 +125,18 @@ def regressed_cells(cells: Mapping[str, SpeedupCI], config: StatsConfig) -> list
 
 
 def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConfig, *,
-           stage: str = "confirm") -> Verdict:
+           stage: str = "confirm", images: SpeedupCI | None = None) -> Verdict:
     """Quarantine when the overall speedup or any cell's is above the plausibility ceiling; reject when a
     cell regressed (one-sided test) or the overall lower bound is below the threshold; else accept.
 
     `stage="screen"` is the looser first look of a campaign's A/B (the lower end of the
     `screen_confidence` interval at least `screen_lower_bound`): it only decides which candidate earns a
-    confirmation, which is judged at `confidence` against `accept_lower_bound` on twice the repeats."""
+    confirmation, which is judged at `confidence` against `accept_lower_bound` on twice the repeats.
+
+    `images`: the image cells' own headline, when the grid also has text cells (then `overall` is the text
+    cells'). It is guarded like a cell: slower past the guard rejects, above the ceiling quarantines."""
+    if images is not None:
+        cells = {**cells, "image cells (geometric mean)": images}
     implausible = [f"{label} {ci}" for label, ci in cells.items() if ci.ratio > config.plausibility_ceiling]
     if overall.ratio > config.plausibility_ceiling or implausible:
         where = f"cells {'; '.join(implausible)}" if implausible else f"speedup {overall}"

@@ -169,7 +169,15 @@ def compare_workload(reference_runs: Sequence[CellRun], candidate_runs: Sequence
     lookups: list[tuple[int, list[int]]] = []
     missing: list[str] = []
     judged = all(r.prompts for r in reference_runs)
-    scored = judged and answer is not None
+
+    def right_answer(run: CellRun, index: int) -> list[str] | None:
+        if run.answers:                      # read-task: the picture's answer, written with the request
+            return list(run.answers[index][:run.job.cell.output_len])
+        if answer is not None and run.prompts:
+            return answer(run.prompts[index], run.job.cell.output_len)
+        return None
+
+    scored = judged and all(r.answers or answer is not None for r in reference_runs)
     wrong = {"reference": 0, "candidate": 0, "candidate_only": 0, "reference_only": 0}
     for ref in reference_runs:
         cand = by_key.get((ref.job.cell.label, ref.job.repeat))
@@ -180,9 +188,8 @@ def compare_workload(reference_runs: Sequence[CellRun], candidate_runs: Sequence
         for index, (a, b) in enumerate(zip(ref.texts, cand.texts, strict=True)):
             requests += 1
             a_wrong = b_wrong = False
-            if scored:
-                assert answer is not None
-                right = answer(ref.prompts[index], ref.job.cell.output_len)
+            right = right_answer(ref, index) if scored else None
+            if right is not None:
                 a_wrong, b_wrong = a.split() != right, b.split() != right
                 wrong["reference"] += a_wrong
                 wrong["candidate"] += b_wrong
@@ -197,7 +204,8 @@ def compare_workload(reference_runs: Sequence[CellRun], candidate_runs: Sequence
             at = lambda ids, i: ids[i] if i < len(ids) else None  # noqa: E731
             divergences.append(Divergence(ref.job.cell.label, ref.job.repeat, index, pos, at(ids_a, pos),
                                           at(ids_b, pos), candidate_wrong_only=b_wrong and not a_wrong))
-            if judged and reference_url and len(lookups) < MAX_LOOKUPS:
+            # A margin is asked of the completions endpoint with the prompt's text: not for requests with pictures.
+            if judged and reference_url and len(lookups) < MAX_LOOKUPS and not ref.job.cell.has_images:
                 lookups.append((len(divergences) - 1, encode(ref.prompts[index], True) + ids_a[:pos]))
     if lookups:
         before_lookup()

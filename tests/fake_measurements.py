@@ -27,7 +27,7 @@ from typing import Any
 from harness.bench import BenchJob, BenchResult, CellRun
 from harness.config import BenchmarkConfig, Cell, ParityConfig
 from harness.integrity import MeasurementDigest
-from harness.measure import ABResult, Build, GridResult, grid_ratios
+from harness.measure import ABResult, Build, GridResult, grid_ratios, split_headlines
 from harness.parity import Generation, compare, load_prompts
 from harness.profiling import OpTime, Profile
 from sandbox.local import server_cwd
@@ -136,8 +136,9 @@ class FakeMeasurements:
         with self._servers(work_dir, (a, b), "ab"):
             ga.runs = _runs(a, cells, bench, str(work_dir))
             gb.runs = _runs(b, cells, bench, str(work_dir))
-        cell_cis, overall = grid_ratios(ga, gb, cells, stats_cfg)
-        return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall)
+        cell_cis, _ = grid_ratios(ga, gb, cells, stats_cfg)
+        overall, images = split_headlines(ga, gb, cells, stats_cfg)
+        return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall, images=images)
 
     def profile(self, backend: Any, *, engine_args: Mapping[str, object], cell: Cell, work_dir: Path,
                 **kw: Any) -> list[Profile]:

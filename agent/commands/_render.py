@@ -56,11 +56,15 @@ def ab_table(result: ABResult, title: str) -> Table:
     rows_a = {r["cell"]: r for r in result.a.table(_cells(result))}
     rows_b = {r["cell"]: r for r in result.b.table(_cells(result))}
     for label, per in result.cells.items():
-        metric = "prefill tok/s" if "prefill_tok_s" in per and label.endswith("/out1") else "total tok/s"
+        metric = "prefill tok/s" if "prefill_tok_s" in per and label.split("/")[1] == "out1" else "total tok/s"
         table.add_row(label, metric, str(per["headline"]), str(per.get("mean_ttft_ms", "-")),
-                      str(per.get("mean_tpot_ms", "-")) if not label.endswith("/out1") else "-",
+                      str(per.get("mean_tpot_ms", "-")) if label.split("/")[1] != "out1" else "-",
                       f"{rows_a[label]['cv_headline']:.1%}", f"{rows_b[label]['cv_headline']:.1%}")
-    table.add_row("[bold]overall (geo-mean)[/bold]", "", f"[bold]{result.overall}[/bold]", "", "", "", "")
+    if result.images is not None:
+        table.add_row("[bold]text cells (geo-mean)[/bold]", "", f"[bold]{result.overall}[/bold]", "", "", "", "")
+        table.add_row("[bold]image cells (geo-mean)[/bold]", "", f"[bold]{result.images}[/bold]", "", "", "", "")
+    else:
+        table.add_row("[bold]overall (geo-mean)[/bold]", "", f"[bold]{result.overall}[/bold]", "", "", "", "")
     return table
 
 

@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
                "b": {"ref": b.ref, "engine_args": b.engine_args, "startup_s": result.b.startup_s,
                      "evidence": result.b.evidence},
                "repeats": bench.repeats, "wall_s": wall, "overall": vars(result.overall) if result.overall else None,
+               "images": vars(result.images) if result.images else None,
                "cells": {label: {m: vars(ci) for m, ci in per.items()} for label, per in result.cells.items()},
                "samples": {tag: [{"cell": r.job.cell.label, "repeat": r.job.repeat, **r.metrics()} for r in g.runs]
                            for tag, g in (("A", result.a), ("B", result.b))},

@@ -42,6 +42,13 @@ def run(args: argparse.Namespace) -> int:
     console.print(grid_table(rows, f"{spec.name} @ {build.ref[:10]}  (median of {bench.repeats}; "
                                    f"server start {result.startup_s:.1f} s; wall {wall:.0f} s)"))
     console.print("prefill tok/s = input tokens / wall time of an output-length-1 run (measured, not derived)")
+    image_rows = [r for r in rows if "image_tokens_per_request" in r]
+    if image_rows:
+        counts = "; ".join(f"{r['cell']}: {r['input_len']} text + {r['image_tokens_per_request']:.0f} image"
+                           for r in image_rows)
+        console.print(f"image cells (img<pictures>x<px>): input tokens per request as the server counted them, text + "
+                      f"image tokens ({counts}); their tok/s and prefill tok/s count both, and a comparison judges "
+                      "them apart from the text cells")
     if args.out:
         out = {"spec": spec.name, "ref": build.ref, "tree": ws.content_hash(), "engine_args": build.engine_args,
                "startup_s": result.startup_s, "wall_s": wall, "evidence": result.evidence,

@@ -38,7 +38,8 @@ def _parse_cell(text: str) -> Cell:
 def run(args: argparse.Namespace) -> int:
     spec = open_spec(args.spec)
     cell = _parse_cell(args.cell) if args.cell else max(
-        (c for c in spec.benchmark.cells() if not c.is_prefill), key=lambda c: (c.input_len, c.output_len))
+        (c for c in spec.benchmark.cells() if not c.is_prefill and not c.has_images),
+        key=lambda c: (c.input_len, c.output_len))
     ws = ensure_workspace(spec, workspace=args.workspace)
     work = ws.root.parent / f"{ws.root.name}.runs" / f"profile-{time.strftime('%Y%m%d-%H%M%S')}"
     err_console.print(f"profiling {cell.label} of {ws.root} @ {ws.head()[:10]}")

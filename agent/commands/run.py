@@ -68,7 +68,9 @@ def print_end(end: CampaignEnd) -> None:
     empty = "no accepted change" if not end.accepted else "final comparison did not run"
     console.print(final_table(end.baseline_rows, cells, final.parity.ok if final and final.parity else None,
                               empty=empty))
-    if final and final.overall:
+    if final and final.overall and final.images:
+        console.print(f"text cells (geo-mean): {final.overall}; image cells (geo-mean): {final.images}")
+    elif final and final.overall:
         console.print(f"overall (geo-mean over cells): {final.overall}")
     style = "green" if end.verdict.status == "improved" else ("red bold" if not end.verdict.ok else "")
     console.print(f"[{style}]verdict:  {end.verdict.status}: {end.verdict.text}[/{style}]" if style else
