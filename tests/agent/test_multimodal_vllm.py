@@ -44,7 +44,7 @@ def test_a_bug_in_the_image_path_breaks_parity_on_pictures_and_the_image_cells_a
         [sys.executable, "-m", "agent.cli", "compare", str(spec), "--candidate", str(PLANTED), "--workspace",
          str(tmp_path / "ws"), "--repeats", "4", "--cells", "in128/out32,in16/out32/img1x96",
          "--out", str(tmp_path / "c.json")], cwd=ROOT, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]                # compare's "parity broken"
     out = json.loads((tmp_path / "c.json").read_text())
     parity = out["parity"]
     broken = {v["prompt_id"] for v in parity["verdicts"] if not v["match"]}
