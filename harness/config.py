@@ -189,6 +189,9 @@ class ParityConfig(BaseModel):
     uncovered: str | None = Field(default=None, description=(
         "why the held prompts may not cover the grid's input lengths (e.g. a parity.model whose context is "
         "shorter than the grid); without it a spec whose prompts are too few or too short is refused"))
+    images_uncovered: str | None = Field(default=None, description=(
+        "why no held prompt carries a picture although the grid has image cells (e.g. a text-only parity "
+        "checkpoint beside dummy speed weights); without it such a spec is refused"))
     request_timeout_s: float = Field(default=300.0, gt=0)
     logprob_tolerance: Annotated[float, Field(gt=0)] | None = Field(default=DEFAULT_LOGPROB_TOLERANCE, description=(
         "the largest top-k logprob difference (nats) from the reference that parity allows where the greedy "
@@ -222,7 +225,7 @@ class ParityConfig(BaseModel):
         max_tokens must reach the longest input plus its longest output, there must be enough prompts to fill a
         batch at the benchmark's concurrency, and image cells need held prompts with pictures (two at least)."""
         gaps = []
-        if bench.images is not None and with_images < 2:
+        if bench.images is not None and with_images < 2 and not self.images_uncovered:
             gaps.append(f"the grid has image cells; {with_images} held prompt(s) carry a picture, need 2")
         for n in bench.input_lens:
             have = sum(1 for length in lengths if length >= n)

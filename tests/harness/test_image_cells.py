@@ -198,3 +198,6 @@ def test_image_cells_need_held_prompts_with_pictures() -> None:
     assert any("carry a picture" in g for g in gaps)
     assert not [g for g in parity.coverage_gaps(bench.model_copy(update={"max_concurrency": 2}), [200, 200],
                                                 with_images=2) if "picture" in g]
+    said_why = ParityConfig(prompts=Path("x.jsonl"), images_uncovered="a text-only parity checkpoint")
+    assert not [g for g in said_why.coverage_gaps(bench.model_copy(update={"max_concurrency": 2}), [200, 200])
+                if "picture" in g]
