@@ -2,7 +2,8 @@
 
 What it measures is read off the build, so a patch changes it the way a real one would:
 - speed: `SPEED[max_num_seqs]` of the build's serving config, times x when the tree's gemma4.py has a line
-  `SPEED = x` (a "kernel" change), with a deterministic ±1 % jitter per run;
+  `SPEED = x` (a "kernel" change), with a deterministic ±1 % jitter per run; image cells (requests with
+  pictures) are further times y when it has a line `IMAGE_SPEED = y` (a change to the image path);
 - parity: each held prompt "generates" its own first `max_tokens` ids; a gemma4.py that mentions
   BREAKS_PARITY flips one token of every third prompt (a real divergence, judged by harness.parity.compare).
 Each "server" is a real process (`sleep`) in the server folder the harness would make for that log
@@ -61,6 +62,11 @@ def generations(build: Build, parity: ParityConfig) -> list[Generation]:
     return out
 
 
+def image_speed_of(build: Build) -> float:
+    code = re.search(r"^IMAGE_SPEED = ([0-9.]+)$", _gemma4(build), re.M)
+    return float(code.group(1)) if code else 1.0
+
+
 def _result(cell: Cell, tok_s: float, prompts: int) -> BenchResult:
     duration = prompts * (cell.input_len + cell.output_len) / tok_s
     ms = 1000.0 / tok_s
@@ -78,6 +84,7 @@ def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str) ->
     for cell in cells:
         for repeat in range(bench.repeats):
             tok_s = 1000.0 * speed_of(build) * (1.0 + rng.uniform(-0.01, 0.01))
+            tok_s *= image_speed_of(build) if cell.has_images else 1.0
             job = BenchJob(cell=cell, base_url="http://fake", model_name="fake", tokenizer=Path("fake"),
                            tag=build.tag, repeat=repeat)
             runs.append(CellRun(job=job, result=_result(cell, tok_s, bench.num_prompts), wall_s=0.01))

@@ -84,6 +84,39 @@ def test_a_code_patch_that_breaks_parity_is_rejected_and_one_that_speeds_up_is_k
     assert proposer.seen[1].history[0].outcome == "parity-broken"
 
 
+IMAGE_CELLS = """benchmark: {input_lens: [8], output_lens: [4], num_prompts: 8, max_concurrency: 4, repeats: 4,
+            images: {input_lens: [8], output_lens: [4], size: 96}}
+"""
+
+
+def test_a_change_that_speeds_text_but_slows_pictures_is_rejected_and_a_final_comparison_judges_both(
+        tmp_path: Path) -> None:
+    """A grid with image cells: the text cells' headline is the claim, the image cells' is guarded. Held prompts
+    with pictures are required; this spec says why it has none (parity.images_uncovered)."""
+    from agent.base import GiveUp, Proposal
+
+    spec = write_target(tmp_path, iterations=3)
+    spec.write_text(spec.read_text().replace(
+        "benchmark: {input_lens: [8], output_lens: [4], num_prompts: 8, max_concurrency: 4, repeats: 4}\n",
+        IMAGE_CELLS).replace("max_tokens: 4}", "max_tokens: 4, images_uncovered: the fake generates no pictures}"))
+    proposer = FakeProposer([
+        Proposal("trade pictures for text", gemma4_patch("SPEED = 1.6").replace("+1,2 @@", "+1,3 @@")
+                 + "+IMAGE_SPEED = 0.5\n", predicted_speedup=1.5, source="fake:1"),
+        Proposal("a faster kernel", gemma4_patch("SPEED = 1.4"), predicted_speedup=1.4, source="fake:2"),
+    ], when_done=GiveUp("nothing left"))
+    end = start(spec, tmp_path / "logs", tmp_path / "ws", proposer=proposer)
+    results = [payload_of(end.log_dir, r) for r in read_records(end.log_dir) if r["kind"] == "iteration.result"]
+    assert [r["outcome"] for r in results[:2]] == ["rejected", "accepted"], results
+    assert "image cells" in str(results[0]["reason"])
+    final = end.final
+    assert end.verdict.status == "improved" and final is not None and final.overall is not None
+    assert final.images is not None and 1.3 < final.images.ratio < 1.5 and 1.3 < final.overall.ratio < 1.5
+    assert "in8/out4/img1x96" in final.cells and verify(end.log_dir).ok
+    ok = replay(end.log_dir, backend_for=lambda s: None, work_dir=tmp_path / "replay",  # type: ignore[arg-type,return-value]
+                measure=FakeMeasurements())
+    assert ok.exit_code == 0, ok.checks
+
+
 def _kill_points(tmp_path: Path, n: int = 24) -> list[tuple[str, int]]:
     """Points drawn at random (seeded) over every step and the whole length of an unkilled campaign."""
     counts_file = tmp_path / "counts.json"
