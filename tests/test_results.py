@@ -116,3 +116,21 @@ def test_the_workload_test_table_of_main_job_run5_comes_from_the_committed_logs(
     assert (5, "confirmation", 12, 3) in found
     others = [t for t in found if t != (5, "confirmation", 12, 3)]
     assert len(others) == 8 and sum(t[2] for t in others) == 26 and sum(t[3] for t in others) == 35
+
+
+def test_the_h200_kernel_serving_table_comes_from_its_recorded_runs(tmp_path: Path) -> None:
+    """vllm-kernel-serving-h200.md's table: recomputed from the runs in its log (harness/stats.py intervals)."""
+    import subprocess
+
+    results = RESULTS
+    with tarfile.open(results / "vllm-kernel-serving-h200-log.tgz") as tar:
+        tar.extract("runs.jsonl", tmp_path, filter="data")
+    out = tmp_path / "table.json"
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu-kernel-serving.sh"), "analyze", str(tmp_path / "runs.jsonl"),
+                    str(out)], check=True, capture_output=True, timeout=300, cwd=ROOT)
+    table = json.loads(out.read_text())
+    recorded = json.loads((results / "vllm-kernel-serving-h200.json").read_text())
+    assert table["cells"] == recorded["cells"] and table["overall"] == recorded["overall"]
+    prefill = table["cells"]["in8192/out1"]["prefill_tok_s"]
+    text = (results / "vllm-kernel-serving-h200.md").read_text()
+    assert f"**{prefill['ratio']:.3f}x [{prefill['low']:.3f}, {prefill['high']:.3f}]**" in text
