@@ -17,7 +17,8 @@ parity: {prompts: p.jsonl}
 """
 
 
-@pytest.mark.parametrize("name", ["gemma4-tiny-cpu.yaml", "gemma4-e2b-gpu.yaml", "gemma4-e2b-gpu-docker.yaml"])
+@pytest.mark.parametrize("name", ["gemma4-tiny-cpu.yaml", "gemma4-e2b-gpu.yaml", "gemma4-e2b-gpu-docker.yaml",
+                                  "gemma4-tiny-mm-cpu.yaml", "gemma4-e2b-gpu-mm.yaml"])
 def test_bundled_specs_validate(name: str) -> None:
     spec = load_spec(ROOT / "experiments" / name)
     assert spec.server.model.is_absolute() and spec.parity.prompts.is_absolute()

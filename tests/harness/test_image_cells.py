@@ -201,3 +201,17 @@ def test_image_cells_need_held_prompts_with_pictures() -> None:
     said_why = ParityConfig(prompts=Path("x.jsonl"), images_uncovered="a text-only parity checkpoint")
     assert not [g for g in said_why.coverage_gaps(bench.model_copy(update={"max_concurrency": 2}), [200, 200])
                 if "picture" in g]
+
+
+def test_the_embedded_multimodal_spec_is_runnable_and_its_policy_adds_only_the_multimodal_inputs() -> None:
+    from agent.campaign import check_runnable
+    from agent.spec import load_spec
+    from policies.model import load_policy
+
+    spec = load_spec(ROOT / "experiments" / "gemma4-tiny-mm-cpu.yaml")
+    check_runnable(spec)      # held prompts cover the text lengths and carry pictures; the checkpoint has weights
+    assert spec.benchmark.images is not None and spec.benchmark.images.dataset == "read-task"
+    default = load_policy(ROOT / "policies" / "default.yaml")
+    multimodal = load_policy(spec.policy)
+    added = {r.id for r in multimodal.paths} - {r.id for r in default.paths}
+    assert added == {"allow-multimodal-inputs"}

@@ -13,7 +13,7 @@ POLICY_DIR = Path(__file__).resolve().parents[2] / "policies"
 MINIMAL = "schema_version: 1\nname: t\n"
 
 
-@pytest.mark.parametrize("name", ["default.yaml", "strict.yaml", "ask-example.yaml"])
+@pytest.mark.parametrize("name", ["default.yaml", "strict.yaml", "ask-example.yaml", "multimodal.yaml"])
 def test_shipped_policies_load(name: str) -> None:
     policy = load_policy(POLICY_DIR / name)
     assert len(policy_sha256(policy)) == 64

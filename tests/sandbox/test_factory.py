@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_default_is_auto_and_the_shipped_specs_use_it() -> None:
     assert SandboxConfig().backend == "auto"
     for name in ("gemma4-tiny-cpu.yaml", "gemma4-e2b-gpu.yaml", "gemma4-e2b-gpu-campaign.yaml",
-                 "gemma4-tiny-cpu-ray.yaml", "replay-demo-cpu.yaml"):
+                 "gemma4-tiny-cpu-ray.yaml", "replay-demo-cpu.yaml", "gemma4-tiny-mm-cpu.yaml",
+                 "gemma4-e2b-gpu-mm.yaml"):
         assert load_spec(ROOT / "experiments" / name).sandbox.backend == "auto", name
 
 
