@@ -106,6 +106,7 @@ class CampaignFacts:
     stop_reason: str = ""
     wall_seconds: float | None = None
     final: Ratio | None = None
+    final_images: Ratio | None = None       # the image cells' own headline (then `final` is the text cells')
     final_cells: tuple[CellInterval, ...] = ()
     final_parity_ok: bool | None = None
     iterations: tuple[IterationFacts, ...] = ()
@@ -257,6 +258,7 @@ def campaign_facts(directory: Path) -> CampaignFacts:
             final = _dict(body, "final")
             if final:
                 facts["final"] = Ratio.of(final.get("overall"))
+                facts["final_images"] = Ratio.of(final.get("images"))
                 facts["final_cells"] = _cells(final.get("cells"), metric=facts.get("metric", ""))
                 facts["final_parity_ok"] = final.get("parity_ok") if isinstance(final.get("parity_ok"), bool) else None
     iterations = tuple(

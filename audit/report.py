@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.base import VerifyResult
-from audit.facts import CampaignFacts, CellInterval, IterationFacts, campaign_facts
+from audit.facts import CampaignFacts, CellInterval, IterationFacts, Ratio, campaign_facts
 from audit.plots import decisions_plot, forest_plot, iterations_plot
 from audit.verify import verify
 
@@ -136,8 +136,8 @@ def _html(facts: CampaignFacts, result: VerifyResult) -> str:
                      forest_plot("Best vs stock per cell (paired speedup and interval)", facts.final_cells, facts.final,
                                  accept_lower_bound=facts.accept_lower_bound),
                      _table(_CELL_HEAD[:3], [r[:3] for r in _cell_rows(facts.final_cells)]
-                            + [["overall (geo-mean)", f"{facts.final.ratio:.3f}×",
-                                f"[{facts.final.low:.3f}, {facts.final.high:.3f}]"]], {1})]
+                            + [[label, f"{r.ratio:.3f}×", f"[{r.low:.3f}, {r.high:.3f}]"]
+                               for label, r in _headlines(facts)], {1})]
     sections += ["<h2>Environment</h2>", _table(None, _environment(facts))]
     if facts.baseline:
         sections += ["<h2>Stock vLLM (baseline)</h2>",
@@ -168,12 +168,21 @@ def _md(text: str) -> str:
     return escape(text, quote=False).replace("|", "/").replace("\n", " ")
 
 
+def _headlines(facts: CampaignFacts, overall: str = "overall (geo-mean)") -> list[tuple[str, Ratio]]:
+    """The final comparison's headline rows: one overall, or one per kind of cell when the grid has pictures."""
+    assert facts.final is not None
+    if facts.final_images is None:
+        return [(overall, facts.final)]
+    return [("text cells (geo-mean)", facts.final), ("image cells (geo-mean)", facts.final_images)]
+
+
 def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
     lines = [f"# Campaign {facts.campaign} (isolation: {facts.isolation or 'not recorded'})", "",
              *(f"- {line}" for line in headline(facts, result)), ""]
     if facts.final is not None:
         lines += ["## Final comparison: best vs stock", "", *_md_cells(facts.final_cells, medians=False),
-                  f"| **overall** | {facts.final.ratio:.3f}× | [{facts.final.low:.3f}, {facts.final.high:.3f}] |", ""]
+                  *(f"| **{label}** | {r.ratio:.3f}× | [{r.low:.3f}, {r.high:.3f}] |"
+                    for label, r in _headlines(facts, "overall")), ""]
     lines += ["## Environment", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in _environment(facts)), ""]
     lines += [f"## Iterations ({len(facts.iterations)})", "",
               "| iteration | verdict | speedup [interval] | parity | reason |", "|---|---|---|---|---|"]
