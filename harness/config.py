@@ -143,6 +143,16 @@ class BenchmarkConfig(BaseModel):
                              f"both streams); not {short}")
         return self
 
+    @model_validator(mode="after")
+    def _workload_judged_throughout(self) -> BenchmarkConfig:
+        # Workload parity judges a comparison's requests only when it knows every run's prompts
+        # (harness/workload.py): random pictures beside copy-task text would silently leave the text unjudged too.
+        if self.dataset == "copy-task" and self.images is not None and self.images.dataset == "random-mm":
+            raise ValueError("dataset copy-task with image cells of dataset random-mm: workload parity could judge "
+                             "neither; use images.dataset read-task (a checkpoint that reads pictures) or "
+                             "dataset random")
+        return self
+
     def prompts_for(self, cell: Cell) -> int:
         return self.num_prompts * (self.prefill_prompts_factor if cell.is_prefill else 1)
 

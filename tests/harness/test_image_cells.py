@@ -46,6 +46,10 @@ def test_a_reading_task_grid_it_cannot_answer_is_refused_at_load() -> None:
     with pytest.raises(ValidationError, match="at least 2"):
         ImageCells(input_lens=[1], output_lens=[4])
     ImageCells(input_lens=[1], output_lens=[4], per_request=3, size=100, dataset="random-mm")   # speed only: fine
+    with pytest.raises(ValidationError, match="could judge neither"):
+        _bench(dataset="random-mm")       # copy-task text beside random pictures: workload parity would go blind
+    BenchmarkConfig(input_lens=[128], output_lens=[4], images=ImageCells(input_lens=[16], output_lens=[4],
+                                                                         dataset="random-mm"))
 
 
 def _cells_of(png: bytes) -> list[int]:
@@ -98,7 +102,8 @@ def test_an_image_job_goes_through_the_chat_endpoint_with_the_harness_written_pi
     assert job_argv(text_job, bench, tmp_path, "t.json")[:2] == ["--base-url", "http://x"]
     assert "--backend" in (text := job_argv(text_job, bench, tmp_path, "t.json")) and \
         text[text.index("--backend") + 1] == "vllm"
-    random_mm = job_argv(job, _bench(dataset="random-mm"), tmp_path, "m.json")
+    random_mm = job_argv(job, BenchmarkConfig(input_lens=[128], output_lens=[4], images=ImageCells(
+        input_lens=[16], output_lens=[4], dataset="random-mm")), tmp_path, "m.json")
     assert random_mm[random_mm.index("--dataset-name") + 1] == "random-mm"
     assert random_mm[random_mm.index("--random-mm-bucket-config") + 1] == "{(96, 96, 1): 1.0}"
 
