@@ -138,6 +138,8 @@ def _html(facts: CampaignFacts, result: VerifyResult) -> str:
                      _table(_CELL_HEAD[:3], [r[:3] for r in _cell_rows(facts.final_cells)]
                             + [[label, f"{r.ratio:.3f}×", f"[{r.low:.3f}, {r.high:.3f}]"]
                                for label, r in _headlines(facts)], {1})]
+        if facts.final_images is not None:
+            sections.append(f"<p class=muted>{escape(IMAGE_CELLS_NOTE)}</p>")
     sections += ["<h2>Environment</h2>", _table(None, _environment(facts))]
     if facts.baseline:
         sections += ["<h2>Stock vLLM (baseline)</h2>",
@@ -168,6 +170,11 @@ def _md(text: str) -> str:
     return escape(text, quote=False).replace("|", "/").replace("\n", " ")
 
 
+IMAGE_CELLS_NOTE = ("Cells labelled imgNxS send N pictures of S px per request through the chat endpoint; their "
+                    "throughput counts text and image tokens as the server counted them. The text cells' headline is "
+                    "the claim; the image cells' is guarded (slower past the cell guard is not accepted).")
+
+
 def _headlines(facts: CampaignFacts, overall: str = "overall (geo-mean)") -> list[tuple[str, Ratio]]:
     """The final comparison's headline rows: one overall, or one per kind of cell when the grid has pictures."""
     assert facts.final is not None
@@ -183,6 +190,8 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
         lines += ["## Final comparison: best vs stock", "", *_md_cells(facts.final_cells, medians=False),
                   *(f"| **{label}** | {r.ratio:.3f}× | [{r.low:.3f}, {r.high:.3f}] |"
                     for label, r in _headlines(facts, "overall")), ""]
+        if facts.final_images is not None:
+            lines += [IMAGE_CELLS_NOTE, ""]
     lines += ["## Environment", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in _environment(facts)), ""]
     lines += [f"## Iterations ({len(facts.iterations)})", "",
               "| iteration | verdict | speedup [interval] | parity | reason |", "|---|---|---|---|---|"]

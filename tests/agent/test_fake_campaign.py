@@ -114,6 +114,7 @@ def test_a_change_that_speeds_text_but_slows_pictures_is_rejected_and_a_final_co
     assert "in8/out4/img1x96" in final.cells and verify(end.log_dir).ok
     summary = (end.log_dir / "summary.md").read_text()           # the report names both headlines
     assert "| **text cells (geo-mean)** |" in summary and "| **image cells (geo-mean)** |" in summary
+    assert "counts text and image tokens" in summary
     assert end.report is not None and "image cells (geo-mean)" in end.report.read_text()
     ok = replay(end.log_dir, backend_for=lambda s: None, work_dir=tmp_path / "replay",  # type: ignore[arg-type,return-value]
                 measure=FakeMeasurements())
