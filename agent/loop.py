@@ -55,9 +55,10 @@ from harness.parity import Generation
 from harness.server import FAILURE_EXCERPT_CHARS
 from harness.stats import Verdict, decide
 from policies import Policy
+from policies.diffparse import parse_patch
 from sandbox.base import Backend
 from sandbox.errors import PatchRejected, SandboxError
-from sandbox.workspace import Workspace
+from sandbox.workspace import SERVING_FILE, Workspace
 
 __all__ = ["Campaign", "Confirmation", "IterationOutcome"]
 
@@ -319,6 +320,8 @@ class Campaign:
                 # accuracy or the other build's resources: what is measured would change, not how fast
                 raise PatchRejected(f"serving.yaml: {', '.join(owned)} is fixed by the spec; a candidate may not "
                                     "change it (the spec may allow it in server.candidate_may_change)")
+            if set(parse_patch(canonical).paths) == {SERVING_FILE}:
+                self._refuse_noop(a.engine_args, b.engine_args)
             ports = gate_servers(self.gate, self.spec, ((a.tag, a.engine_args), (b.tag, b.engine_args)), i,
                                  exclude=reserved)
         except BaseException:
@@ -330,6 +333,25 @@ class Campaign:
                       cache_dir=self.log_dir / "cache", reference=self.reference, measurement=self.measurement,
                       measurement_host=socket.gethostname())
         return job, canonical
+
+    def _refuse_noop(self, incumbent: dict[str, object], candidate: dict[str, object]) -> None:
+        """A patch of serving.yaml alone that vLLM resolves to the engine args already in force changes nothing
+        the servers run (e.g. async_scheduling on vLLM CPU, which forces it off): it is refused before any
+        server starts instead of costing a full A/B whose ratio can only be noise. Unknown either way (no
+        resolution of the incumbent, or this one fails): the A/B decides."""
+        if incumbent == candidate:
+            raise PatchRejected("no-op: the patch changes serving.yaml's text, not its engine args")
+        if not self.effective_serving:
+            return
+        try:
+            effective = self.measure.engine_defaults(self.spec.server.model, candidate, env=self.spec.server.env)
+        except HarnessError:
+            return
+        if effective == self.effective_serving:
+            keys = sorted(k for k in set(incumbent) | set(candidate) if incumbent.get(k) != candidate.get(k))
+            changes = ", ".join(f"{k}: {incumbent.get(k, '(unset)')} -> {candidate.get(k, '(unset)')}" for k in keys)
+            raise PatchRejected(f"no-op: vLLM resolves the changed serving.yaml ({changes}) to the engine args "
+                                f"already in force ({_fmt_args(effective)}); nothing the servers run would change")
 
     def _cleanup(self, items: list[_Pending]) -> None:
         for item in items:
@@ -570,6 +592,10 @@ class Campaign:
         self.on_event("result", {"entry": entry})
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,
                                 placement=dict(placement or {}))
+
+
+def _fmt_args(args: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
 
 
 def allowed_write_globs(policy: Policy) -> tuple[str, ...]:

@@ -33,8 +33,10 @@ from tests.fake_measurements import FakeMeasurements
 SERVING = {"max_num_seqs": 1, "enforce_eager": True}
 
 
-def write_target(root: Path, *, space: str = "[4, 8, 16]", iterations: int = 3, extra: str = "") -> Path:
-    """A vllm-source checkout of three files, held prompts that cover the grid, and the spec; returns its path."""
+def write_target(root: Path, *, space: str = "[4, 8, 16]", iterations: int = 3, extra: str = "",
+                 search: str | None = None) -> Path:
+    """A vllm-source checkout of three files, held prompts that cover the grid, and the spec; returns its path.
+    `search` replaces the search proposer's settings (default: grid over max_num_seqs `space`)."""
     pkg = root / "src" / "vllm"
     (pkg / "model_executor" / "models").mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text("")
@@ -53,7 +55,7 @@ benchmark: {{input_lens: [8], output_lens: [4], num_prompts: 8, max_concurrency:
 parity: {{prompts: {prompts}, max_tokens: 4}}
 target: {{kind: vllm-source, source: {root / "src"}}}
 sandbox: {{backend: unisolated}}
-proposer: {{kind: search, search: {{strategy: grid, space: {{max_num_seqs: {space}}}}}}}
+proposer: {{kind: search, search: {search or f"{{strategy: grid, space: {{max_num_seqs: {space}}}}}"}}}
 budget: {{max_iterations: {iterations}, wall_seconds: 3600}}
 {extra}
 """)

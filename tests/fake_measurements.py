@@ -158,4 +158,5 @@ class FakeMeasurements:
     def engine_defaults(self, model: Path, serving: Mapping[str, object], *, env: Mapping[str, str]
                         ) -> dict[str, object]:
         self.calls.append("engine_defaults")
-        return {"max_num_seqs": 1, **serving}
+        # as vLLM on CPU: max_num_seqs defaults to 1 here, and async scheduling is forced off whatever is asked
+        return {"max_num_seqs": 1, **serving, "async_scheduling": False}

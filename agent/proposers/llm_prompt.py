@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from agent.base import CampaignState, HistoryEntry
+from harness.engine_args import ENGINE_ARG_TYPES, SPEC_OWNED
 
 __all__ = ["system_prompt", "render_state", "render_metrics", "render_serving", "NUDGE"]
 
@@ -149,6 +150,22 @@ def render_serving(config: Mapping[str, object]) -> str:
     return "\n".join(f"{k}: {v}" for k, v in sorted(config.items())) or "(empty: engine defaults)"
 
 
+def render_in_force(state: CampaignState) -> str:
+    """What vLLM runs with for the incumbent's serving.yaml where that differs from what the file says: its
+    defaults and its overrides (vLLM CPU forces async_scheduling off). The same knowledge the search proposer
+    uses, so neither proposes a value already in force; and the keys a candidate may set at all."""
+    effective, written = state.effective_serving_config, state.serving_config
+    if not effective:
+        return ""
+    resolved = [f"{k}: {v}" + (f" (serving.yaml says {written[k]})" if k in written else "")
+                for k, v in sorted(effective.items()) if written.get(k) != v]
+    settable = ", ".join(sorted(set(ENGINE_ARG_TYPES) - SPEC_OWNED))
+    return ("\n\nIn force (vLLM's own resolution of serving.yaml; setting a key to the value it already has changes "
+            "nothing, and a serving.yaml-only patch that changes nothing is refused as a no-op):\n"
+            + ("\n".join(resolved) or "(exactly what serving.yaml says)")
+            + f"\nKeys serving.yaml may set: {settable}")
+
+
 _FAILED = ("failed", "parity-broken", "invalid", "denied", "tampered", "quarantined")
 _PATCHES_SHOWN = 3          # the latest entries whose patch is shown (capped at _PATCH_CHARS each)
 _PATCH_CHARS = 2000
@@ -243,7 +260,7 @@ Read the kernel first, check a patch with check_kernel, then propose one patch a
 {render_metrics(state.incumbent_metrics, state.baseline_metrics)}
 
 ## Serving config (serving.yaml)
-{render_serving(state.serving_config)}{_serving_changes(state)}
+{render_serving(state.serving_config)}{_serving_changes(state)}{render_in_force(state)}
 
 ## Profile
 {profile}

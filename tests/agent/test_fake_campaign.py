@@ -170,3 +170,21 @@ def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_p
         assert not processes_under(log_dir), where                           # the dead run's servers were reaped
     assert len(resumed) >= 20, resumed
     assert {p.split(":")[0] for p in resumed} == set(KILL_POINTS), resumed   # every step, killed and resumed
+
+
+def test_a_serving_change_vllm_resolves_to_the_args_in_force_is_refused_before_any_server(tmp_path: Path) -> None:
+    # The fake resolves async_scheduling to off whatever serving.yaml asks (as vLLM on CPU does): proposing it
+    # is a no-op that would cost a whole A/B of noise. max_num_seqs 4 is a real change (1.5x).
+    spec = write_target(tmp_path, iterations=2,
+                        search="{strategy: random, space: {async_scheduling: [true], max_num_seqs: [4]}}")
+    measure = FakeMeasurements()
+    end = start(spec, tmp_path / "logs", tmp_path / "ws", measure)
+    records = read_records(end.log_dir)
+    results = [payload_of(end.log_dir, r) for r in records if r["kind"] == "iteration.result"]
+    by_outcome = {r["outcome"]: r for r in results}
+    assert set(by_outcome) == {"invalid", "accepted"}, results
+    reason = str(by_outcome["invalid"]["reason"])
+    assert "no-op" in reason and "async_scheduling: (unset) -> True" in reason and "async_scheduling=False" in reason
+    # the baseline grid, the accepted candidate's screen and confirmation, the final comparison: no A/B for the no-op
+    assert measure.calls.count("ab") == 3, measure.calls
+    assert end.verdict.status == "improved" and verify(end.log_dir).ok

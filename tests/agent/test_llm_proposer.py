@@ -541,3 +541,23 @@ def test_the_allowed_paths_shown_to_the_model_come_from_the_loaded_policy() -> N
     globs = allowed_write_globs(load_policy(root / "policies" / "default.yaml"))
     assert globs == ("vllm/model_executor/models/gemma4*.py", "vllm/model_executor/layers/**", "vllm/v1/attention/**",
                      "serving.yaml")
+
+
+def test_the_prompt_shows_what_vllm_runs_with_where_serving_yaml_does_not_say_it() -> None:
+    from agent.base import CampaignState
+    from agent.proposers.llm_prompt import render_state
+
+    state = CampaignState(iteration=2, incumbent_ref="abc", incumbent_metrics=(), baseline_metrics=(),
+                          serving_config={"enforce_eager": True, "async_scheduling": True},
+                          effective_serving_config={"enforce_eager": True, "async_scheduling": False,
+                                                    "max_num_seqs": 128, "max_num_batched_tokens": 2048})
+    text = render_state(state)
+    block = text.split("In force (vLLM's own resolution")[1].split("## Profile")[0]
+    assert "async_scheduling: False (serving.yaml says True)" in block       # vLLM's override
+    assert "max_num_seqs: 128" in block and "max_num_batched_tokens: 2048" in block   # its defaults
+    assert "enforce_eager" not in block.split("Keys serving.yaml may set")[0]   # as written: shown once, above
+    settable = block.split("Keys serving.yaml may set: ")[1].split("\n")[0].split(", ")
+    assert "max_num_seqs" in settable and "dtype" not in settable and "load_format" not in settable
+    # unknown (the resolution failed): nothing is claimed
+    assert "In force" not in render_state(CampaignState(iteration=2, incumbent_ref="abc", incumbent_metrics=(),
+                                                        baseline_metrics=(), serving_config={"enforce_eager": True}))
