@@ -170,6 +170,13 @@ class CampaignSpec(BaseModel):
             check_engine_args(self.server.engine_args)
         except EngineArgRejected as exc:
             raise ValueError(f"server.engine_args: {exc}") from None
+        # a misspelt key or a value of the wrong type fails here, not as one invalid iteration per point
+        for key, values in self.proposer.search.space.items():
+            for value in values:
+                try:
+                    check_engine_args({key: value})
+                except EngineArgRejected as exc:
+                    raise ValueError(f"proposer.search.space.{key}: {exc}") from None
         if self.target.kind == "vllm-image" and self.sandbox.backend != "docker":
             raise ValueError(f"target.kind: vllm-image copies vLLM out of sandbox.image ({self.sandbox.image}), the "
                              "image the servers run in: set sandbox.backend: docker (this spec's is "

@@ -4,12 +4,13 @@ port, prefix caching, seed, served name, load format) is fixed by the harness.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from harness.errors import EngineArgRejected
 
-__all__ = ["ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args", "check_env",
-           "spec_owned_changes"]
+__all__ = ["CUDAGRAPH_MODES", "ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args",
+           "check_env", "spec_owned_changes"]
 
 # key -> accepted python type(s). Booleans become --flag / --no-flag.
 ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
@@ -25,6 +26,8 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "async_scheduling": (bool,),
     "attention_backend": (str,),
     "compilation_config": (str,),       # JSON string, as vLLM's CLI takes it
+    "cudagraph_mode": (str,),           # compilation_config's cudagraph_mode, one of CUDAGRAPH_MODES
+    "max_cudagraph_capture_size": (int,),
     "max_seq_len_to_capture": (int,),
     "cuda_graph_sizes": (str,),
     "disable_cascade_attn": (bool,),
@@ -33,6 +36,10 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "scheduling_policy": (str,),
     "load_format": (str,),               # only "auto" or "dummy"; see check_engine_args
 }
+
+# vLLM's CUDAGraphMode names. cudagraph_mode is a key of its own (not hidden in a compilation_config string) so that
+# vLLM's resolved mode can be compared with it; it reaches vLLM inside --compilation-config.
+CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 
 # Environment variables a spec (never a candidate) may pass to the server.
 ENV_ALLOWLIST = frozenset({
@@ -70,9 +77,15 @@ def check_engine_args(args: Mapping[str, object]) -> dict[str, object]:
             raise EngineArgRejected(f"engine arg {key}={value!r}: expected {'/'.join(t.__name__ for t in types)}")
         if key == "load_format" and value not in ("auto", "dummy"):
             raise EngineArgRejected("engine arg load_format must be 'auto' or 'dummy'")
+        if key == "cudagraph_mode" and value not in CUDAGRAPH_MODES:
+            raise EngineArgRejected(f"engine arg cudagraph_mode={value!r}: expected one of "
+                                    f"{', '.join(CUDAGRAPH_MODES)}")
         if isinstance(value, str) and (value.startswith("-") or "\n" in value):
             raise EngineArgRejected(f"engine arg {key}={value!r} looks like a flag or spans lines")
         clean[key] = value
+    if "cudagraph_mode" in clean and "compilation_config" in clean:
+        raise EngineArgRejected("engine args cudagraph_mode and compilation_config are both set: put cudagraph_mode "
+                                "inside compilation_config, or drop compilation_config")
     return clean
 
 
@@ -87,7 +100,9 @@ def engine_argv(args: Mapping[str, object]) -> list[str]:
     argv: list[str] = []
     for key, value in sorted(check_engine_args(args).items()):
         flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
+        if key == "cudagraph_mode":
+            argv += ["--compilation-config", json.dumps({"cudagraph_mode": value})]
+        elif isinstance(value, bool):
             argv.append(flag if value else "--no-" + key.replace("_", "-"))
         else:
             argv += [flag, str(value)]

@@ -28,7 +28,8 @@ __all__ = ["RESOLVED_KEYS", "effective_engine_args"]
 
 _TAG = "RATCHET_EFFECTIVE "
 # allowlist key -> (config attribute of VllmConfig, field). Keys not here (attention_backend: the backend in
-# use is picked at model load; compilation_config, cuda_graph_sizes: not comparable to the CLI string;
+# use is picked at model load; compilation_config, cuda_graph_sizes: not comparable to the CLI string (its
+# cudagraph_mode and max_cudagraph_capture_size are keys of their own);
 # max_seq_len_to_capture, max_num_partial_prefills: gone from vLLM 0.32) are only known when set explicitly.
 RESOLVED_KEYS: dict[str, tuple[str, str]] = {
     "dtype": ("model_config", "dtype"),
@@ -45,6 +46,8 @@ RESOLVED_KEYS: dict[str, tuple[str, str]] = {
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
     "gpu_memory_utilization": ("cache_config", "gpu_memory_utilization"),
     "load_format": ("load_config", "load_format"),
+    "cudagraph_mode": ("compilation_config", "cudagraph_mode"),
+    "max_cudagraph_capture_size": ("compilation_config", "max_cudagraph_capture_size"),
 }
 # Runs in `python -I`: the installed vLLM only, never a workspace overlay. argv[1] is the JSON of
 # RESOLVED_KEYS, the rest is the server's argv. Logs go to stderr; the one result line to stdout.
@@ -63,8 +66,8 @@ config = AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=
 out = {{}}
 for key, (section, name) in keys.items():
     value = getattr(getattr(config, section, None), name, None)
-    if isinstance(value, enum.Enum):
-        value = value.value
+    if isinstance(value, enum.Enum):   # a str-valued enum by value; CUDAGraphMode (tuple values) by name
+        value = value.value if isinstance(value.value, str) else value.name
     if value is not None and not isinstance(value, (bool, int, float, str)):
         value = str(value).removeprefix("torch.")   # torch.float32 -> float32
     if value is not None:

@@ -40,6 +40,12 @@ _RATIONALE: dict[str, tuple[str, float]] = {
                                "in one step", 1.03),
     "async_scheduling": ("overlaps scheduling of step n+1 with execution of step n", 1.05),
     "block_size": ("the KV-cache page size changes attention's gather pattern", 1.02),
+    "long_prefill_token_threshold": ("caps the tokens one long prompt takes per step, so decodes and short "
+                                     "prefills are not starved behind it", 1.02),
+    "cudagraph_mode": ("which steps replay CUDA graphs (decode only, mixed, piecewise): fewer launches per step, "
+                       "at a capture cost paid at start-up", 1.03),
+    "max_cudagraph_capture_size": ("the largest step replayed from a CUDA graph; larger steps run without one",
+                                   1.02),
 }
 
 

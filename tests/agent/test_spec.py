@@ -135,6 +135,24 @@ def test_server_engine_args_are_checked_when_the_spec_loads(tmp_path: Path) -> N
         load_spec(tmp_path / "s.yaml")
 
 
+@pytest.mark.parametrize(("space", "message"), [
+    ("{cuda_graph_mode: [FULL]}", "proposer.search.space.cuda_graph_mode: engine arg 'cuda_graph_mode' is not allowed"),
+    ("{cudagraph_mode: [full]}", "proposer.search.space.cudagraph_mode: engine arg cudagraph_mode='full': expected"),
+    ("{max_num_seqs: [8, true]}", "proposer.search.space.max_num_seqs: engine arg max_num_seqs=True: expected int"),
+])
+def test_the_search_space_is_checked_when_the_spec_loads(tmp_path: Path, space: str, message: str) -> None:
+    (tmp_path / "s.yaml").write_text(MINIMAL + f"proposer: {{kind: search, search: {{space: {space}}}}}\n")
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_spec(tmp_path / "s.yaml")
+
+
+def test_the_gpu_spec_searches_the_scheduler_and_cuda_graph_knobs() -> None:
+    space = load_spec(ROOT / "experiments" / "gemma4-e2b-gpu.yaml").proposer.search.space
+    assert {"max_num_batched_tokens", "long_prefill_token_threshold", "cudagraph_mode", "max_cudagraph_capture_size",
+            "async_scheduling"} <= set(space)
+    assert "FULL_AND_PIECEWISE" not in space["cudagraph_mode"]     # vLLM 0.26's mode on the H200: not a move
+
+
 @pytest.mark.parametrize(("llm", "message"), [
     ("{max_turn: 3}", "proposer.llm.max_turn: unknown key"),
     ("{temperature: 5}", "proposer.llm.temperature: Input should be less than or equal to 2"),

@@ -24,6 +24,8 @@ def test_fixed_args_cannot_be_set_by_a_candidate(key: str) -> None:
     {"enforce_eager": 1},            # int where a bool is expected
     {"dtype": "--trust-remote-code"},  # value smuggling a flag
     {"load_format": "runai_streamer"},
+    {"cudagraph_mode": "full"},                  # vLLM's names only, as spelled
+    {"cudagraph_mode": "FULL", "compilation_config": '{"mode": 3}'},   # the string would overwrite it
 ])
 def test_bad_engine_args_are_rejected(args: dict[str, object]) -> None:
     with pytest.raises(EngineArgRejected):
@@ -34,3 +36,9 @@ def test_bad_engine_args_are_rejected(args: dict[str, object]) -> None:
 def test_server_env_outside_the_allowlist_is_rejected(key: str) -> None:
     with pytest.raises(EngineArgRejected):
         check_env({key: "x"})
+
+
+def test_cuda_graph_knobs_are_keys_of_their_own_and_reach_vllm_as_its_cli_takes_them() -> None:
+    argv = engine_argv({"cudagraph_mode": "FULL_DECODE_ONLY", "max_cudagraph_capture_size": 256})
+    assert argv == ["--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}',
+                    "--max-cudagraph-capture-size", "256"]

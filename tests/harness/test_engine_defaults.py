@@ -39,6 +39,17 @@ def test_the_embedded_checkpoint_resolves_chunked_prefill_and_max_num_seqs() -> 
     assert set(effective) <= set(ENGINE_ARG_TYPES)
 
 
+@pytest.mark.vllm
+def test_what_the_platform_overrides_is_what_is_in_force() -> None:
+    # vLLM CPU has no CUDA graphs and forces async scheduling off: asking for either changes nothing, and
+    # the campaign refuses such a serving.yaml-only candidate as a no-op (agent/loop.py) instead of an A/B
+    asked = {**SPEC_ARGS, "enforce_eager": False, "cudagraph_mode": "PIECEWISE", "max_cudagraph_capture_size": 64,
+             "async_scheduling": True}
+    effective = effective_engine_args(TINY_MODEL, asked, env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    assert effective["cudagraph_mode"] == "NONE" and effective["async_scheduling"] is False
+    assert effective["max_cudagraph_capture_size"] == 64 and effective["enforce_eager"] is False
+
+
 def test_a_model_directory_without_config_json_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(EngineDefaultsUnknown, match=r"no config.json; check server.model"):
         effective_engine_args(tmp_path / "no-such-model", SPEC_ARGS)
