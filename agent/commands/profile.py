@@ -54,5 +54,7 @@ def run(args: argparse.Namespace) -> int:
             table.add_row(op.name[:70], op.category, f"{op.self_ms:.1f}", str(op.calls), f"{op.share:.1%}")
         console.print(table)
     if args.out:
-        Path(args.out).write_text(json.dumps([asdict(p) for p in profiles], indent=1, default=str) + "\n")
+        # the cell by its label, as everywhere else (compare's samples, the log): in64/out1
+        rows = [{**asdict(p), "cell": p.cell.label} for p in profiles]
+        Path(args.out).write_text(json.dumps(rows, indent=1, default=str) + "\n")
     return 0

@@ -92,8 +92,8 @@ def test_profile_ranks_ops_by_self_time_for_prefill_and_end_to_end_at_the_cells_
     assert proc.returncode == 0, proc.stderr[-3000:]
     phases = {p["phase"]: p for p in json.loads((tmp_path / "prof.json").read_text())}
     assert set(phases) == {"prefill", "end-to-end"}
-    assert str(phases["prefill"]["cell"]) == "input_len=64 output_len=1"
-    assert str(phases["end-to-end"]["cell"]) == "input_len=64 output_len=8"    # the grid's shape itself
+    assert phases["prefill"]["cell"] == "in64/out1"
+    assert phases["end-to-end"]["cell"] == "in64/out8"    # the grid's shape itself
     for prof in phases.values():
         assert prof["ops"] and prof["ops"][0]["self_ms"] > 0
         assert sum(op["share"] for op in prof["ops"]) <= 1.0 + 1e-9
