@@ -108,10 +108,13 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
     on_event("phase", {"phase": "baseline: parity reference + grid"})
     port = gate_server(gate, spec, ws.serving_config(), 0)
     server = spec.server.model_copy(update={"port": port})
+    # a parity server on the real checkpoint starts alongside the speed server: a port of its own, gated too
+    parity_port = gate_server(gate, spec, ws.serving_config(), 0, exclude=(port,)) \
+        if spec.parity.model is not None and spec.server.start_together else None
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head(),
                   cache_key=ws.content_hash())
     grid = measure.grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
-                        cache_dir=log_dir / "cache", parity=spec.parity,
+                        cache_dir=log_dir / "cache", parity=spec.parity, parity_port=parity_port,
                         progress=lambda m: on_event("progress", {"message": m}))
     save_reference(log_dir / REFERENCE_FILE, grid.generations, prompts_path=spec.parity.prompts,
                    meta={"ref": build.ref, "engine_args": build.engine_args})
@@ -348,11 +351,14 @@ def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None
         it = camp.next_iteration
         port_a = gate_server(camp.gate, camp.spec, a.engine_args, it)
         port_b = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
+        ports = {"A": port_a, "B": port_b}
+        if camp.spec.parity.model is not None and camp.spec.server.start_together:   # B's parity server beside them
+            ports["B-parity"] = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a, port_b))
         bench = camp.spec.benchmark.model_copy(update={"repeats": camp.spec.benchmark.strong_repeats})
         result = camp.measure.ab(camp.backend, a, b, server=camp.spec.server, bench=bench,
                             stats_cfg=camp.spec.stats, parity=camp.spec.parity, work_dir=work,
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,
-                            ports={"A": port_a, "B": port_b}, measurement=camp.measurement,
+                            ports=ports, measurement=camp.measurement,
                             progress=lambda m: camp.on_event("progress", {"message": m}))
     except Exception as exc:  # recorded, and the ending then says the branch is not shown to be better
         camp.writer.append(records.ERROR, payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})

@@ -126,16 +126,21 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """One evaluation at a time, in this process (the default; what the single-machine CLI uses)."""
+    """Evaluations in this process, on this host (what the single-machine CLI uses). With `slots` > 1, a round's
+    screening A/Bs are one comparison: the incumbent's server and every candidate's start together and their
+    runs interleave (harness.measure.compare_arms), so one start-up and one incumbent serve several candidates.
+    Confirmations, and a round of one, are ordinary A/Bs."""
 
     name = "local"
-    slots = 1
 
-    def __init__(self, gpus_per_eval: float = 0.0, measure: Measurements = HARNESS) -> None:
+    def __init__(self, gpus_per_eval: float = 0.0, measure: Measurements = HARNESS, slots: int = 1) -> None:
         self.gpus_per_eval = gpus_per_eval
         self.measure = measure
+        self.slots = slots
 
     def run(self, jobs: list[EvalJob], *, on_retry: OnRetry, progress: Progress) -> list[EvalOutcome]:
+        if len(jobs) > 1 and all(job.purpose == "screen" for job in jobs):
+            return self._together(jobs, progress)
         outcomes = []
         for job in jobs:
             try:
@@ -145,8 +150,51 @@ class LocalExecutor:
                 outcomes.append(EvalOutcome(job.iteration, error=exc, placement=_placement(job, "local")))
         return outcomes
 
+    def _together(self, jobs: list[EvalJob], progress: Progress) -> list[EvalOutcome]:
+        """One comparison of the round's candidates against the first job's incumbent tree (every job's is a
+        copy of the same commit). Each candidate's server gets its own tag (B<iteration>) there and is "B" again
+        in its result. Its seconds are the comparison's, shared out: the GPU budget is charged once."""
+        first = jobs[0]
+        tags = {job.iteration: f"B{job.iteration}" for job in jobs}
+        ports = {first.a.tag: first.ports[first.a.tag]}
+        for job in jobs:
+            ports[tags[job.iteration]] = job.ports[job.b.tag]
+            if f"{job.b.tag}-parity" in job.ports:
+                ports[f"{tags[job.iteration]}-parity"] = job.ports[f"{job.b.tag}-parity"]
+        placement = _placement(first, "local")
+        placement["screened_together"] = [job.iteration for job in jobs]
+        first.attempt_dir.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        try:
+            results = self.measure.arms(
+                backend_from_config(first.sandbox), first.a,
+                [replace(job.b, tag=tags[job.iteration]) for job in jobs],
+                server=first.server, bench=first.bench, stats_cfg=first.stats, parity=first.parity,
+                work_dir=first.attempt_dir, cache_dir=first.cache_dir, reference=first.reference,
+                stop_on_parity_failure=True, ports=ports, progress=progress,
+                measurement=first.measurement if first.measurement_host == socket.gethostname() else None)
+        except Exception as exc:   # the incumbent's server, the client or the measurement path: every candidate's
+            placement["seconds"] = round((time.monotonic() - t0) / len(jobs), 1)
+            return [EvalOutcome(job.iteration, error=exc, placement=dict(placement)) for job in jobs]
+        seconds = time.monotonic() - t0
+        placement.update(seconds=round(seconds / len(jobs), 1), comparison_seconds=round(seconds, 1),
+                         comparison_dir=str(first.attempt_dir))
+        outcomes = []
+        for job, result in zip(jobs, results, strict=True):
+            if result.error is not None:
+                outcomes.append(EvalOutcome(job.iteration, error=result.error, placement=dict(placement)))
+                continue
+            outcomes.append(EvalOutcome(job.iteration, result=_retagged(result, job.b), placement=dict(placement)))
+        return outcomes
+
     def close(self) -> None:
         pass
+
+
+def _retagged(result: ABResult, b: Build) -> ABResult:
+    """A candidate's result from a comparison of several, under its own build and tag again."""
+    runs = [replace(run, job=replace(run.job, tag=b.tag)) for run in result.b.runs]
+    return replace(result, b=replace(result.b, build=b, runs=runs))
 
 
 def _evaluate_task(job: EvalJob, measure: Measurements) -> tuple[ABResult, dict[str, Any]]:
@@ -270,7 +318,7 @@ def make_executor(config: ExecutorConfig, *, gpus_per_eval: float = 0.0, measure
     """Callers run preflight(config) first, before they create anything a failure would leave behind. Both
     executors measure through `measure` (the harness; only code, never a spec, passes the unit suite's fake)."""
     if config.kind == "local":
-        return LocalExecutor(gpus_per_eval=gpus_per_eval, measure=measure)
+        return LocalExecutor(gpus_per_eval=gpus_per_eval, measure=measure, slots=config.slots)
     try:
         return RayExecutor(config, measure=measure)
     except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -248,7 +248,9 @@ class Campaign:
                 self.on_event("phase", {"phase": f"verify: parity, then interleaved A/B{parallel}"})
                 for o in self._evaluate(jobs):
                     evals[o.iteration] = o
-                    self._eval_seconds = max(self._eval_seconds, float(o.placement.get("seconds") or 0.0))
+                    # a comparison of several candidates took its whole time, each is charged its share
+                    whole = o.placement.get("comparison_seconds") or o.placement.get("seconds") or 0.0
+                    self._eval_seconds = max(self._eval_seconds, float(whole))
             outcomes = self._settle(items, evals)    # the trees are still there for a confirmation
         finally:
             self._cleanup(items)
@@ -322,8 +324,7 @@ class Campaign:
                                     "change it (the spec may allow it in server.candidate_may_change)")
             if set(parse_patch(canonical).paths) == {SERVING_FILE}:
                 self._refuse_noop(a.engine_args, b.engine_args)
-            ports = gate_servers(self.gate, self.spec, ((a.tag, a.engine_args), (b.tag, b.engine_args)), i,
-                                 exclude=reserved)
+            ports = gate_servers(self.gate, self.spec, self._servers_of(a, b), i, exclude=reserved)
         except BaseException:
             for tree in (tree_a, tree_b):
                 ws.remove_copy(tree)
@@ -359,8 +360,16 @@ class Campaign:
                 for tree in (item.job.a.tree, item.job.b.tree):
                     self.workspace.remove_copy(tree)
 
+    def _servers_of(self, a: Build, b: Build) -> list[tuple[str, dict[str, object]]]:
+        """The servers an A/B starts: A's and B's, and B's parity server on the real checkpoint when it starts
+        beside them (the reference is the baseline's): each on a port of its own."""
+        servers = [(a.tag, a.engine_args), (b.tag, b.engine_args)]
+        if self.spec.parity.model is not None and self.spec.server.start_together:
+            servers.append((f"{b.tag}-parity", {**b.engine_args, **self.spec.parity.engine_args}))
+        return servers
+
     def _gate_ports(self, job: EvalJob) -> dict[str, int]:
-        return gate_servers(self.gate, self.spec, ((b.tag, b.engine_args) for b in (job.a, job.b)), job.iteration)
+        return gate_servers(self.gate, self.spec, self._servers_of(job.a, job.b), job.iteration)
 
     def _evaluate(self, jobs: list[EvalJob]) -> list[EvalOutcome]:
         """Run evaluations. Another campaign on this host can take a port between its pick and its lease (the

@@ -19,7 +19,7 @@ from harness.engine_defaults import effective_engine_args
 from harness.integrity import MeasurementDigest, digest_roots, measurement_roots
 from harness.kernel.evaluate import run_evaluation
 from harness.kernel.protocol import EvalRequest
-from harness.measure import ABResult, Build, GridResult, ab_compare, measure_grid
+from harness.measure import ABResult, Build, GridResult, ab_compare, compare_arms, measure_grid
 from harness.profiling import Profile, profile_cell
 from sandbox.base import Backend
 
@@ -37,6 +37,10 @@ class Measurements(Protocol):
 
     def ab(self, backend: Backend, a: Build, b: Build, **kw: Any) -> ABResult:
         """harness.measure.ab_compare: parity first, then both builds interleaved."""
+        ...
+
+    def arms(self, backend: Backend, a: Build, bs: list[Build], **kw: Any) -> list[ABResult]:
+        """harness.measure.compare_arms: several candidates against one incumbent, one start-up, runs interleaved."""
         ...
 
     def profile(self, backend: Backend, **kw: Any) -> list[Profile]:
@@ -65,6 +69,9 @@ class HarnessMeasurements:
 
     def ab(self, backend: Backend, a: Build, b: Build, **kw: Any) -> ABResult:
         return ab_compare(backend, a, b, **kw)
+
+    def arms(self, backend: Backend, a: Build, bs: list[Build], **kw: Any) -> list[ABResult]:
+        return compare_arms(backend, a, bs, **kw)
 
     def profile(self, backend: Backend, **kw: Any) -> list[Profile]:
         return profile_cell(backend, **kw)

@@ -133,13 +133,18 @@ class ExecutorConfig(BaseModel):
 
     model_config = _STRICT
     kind: Literal["local", "ray"] = "local"
-    slots: int = Field(default=1, ge=1, le=64, description="evaluations in flight at once (ray only)")
+    slots: int = Field(default=1, ge=1, le=64, description=(
+        "candidates per round. ray: evaluations in flight at once, each with its own incumbent server (one GPU "
+        "each). local: the round's candidates are screened together on this host against one incumbent server, "
+        "every server up at once and every run interleaved (one start-up and one incumbent serve them all); at "
+        "most 6, since each candidate adds a server (and a parity server) to one machine"))
     ray: RayConfig = RayConfig()
 
     @model_validator(mode="after")
-    def _slots_need_ray(self) -> ExecutorConfig:
-        if self.kind == "local" and self.slots != 1:
-            raise ValueError("slots > 1 needs kind: ray (the local executor evaluates one candidate at a time)")
+    def _local_slots_fit_one_host(self) -> ExecutorConfig:
+        if self.kind == "local" and self.slots > 6:
+            raise ValueError(f"slots: {self.slots} candidates screened together on one host; at most 6 (each is a "
+                             "server of its own beside the incumbent's): use kind: ray for more")
         return self
 
 
@@ -183,6 +188,12 @@ class CampaignSpec(BaseModel):
                              f"{self.sandbox.backend}), or use target.kind: vllm-installed for this host's vLLM")
         if self.target.kind == "vllm-image" and self.target.source is not None:
             raise ValueError("target.source is for target.kind: vllm-source; vllm-image copies the image's package")
+        if self.hardware == "gpu" and self.server.start_together \
+                and "kv_cache_memory_bytes" not in self.server.engine_args:
+            raise ValueError("server.start_together on a GPU: vLLM sizes its KV cache by profiling free GPU memory, "
+                             "which a server starting beside it disturbs (or fails: 'Error in memory profiling'); "
+                             "set server.engine_args.kv_cache_memory_bytes (the same for every build; e.g. "
+                             "17179869184 for 16 GiB), or server.start_together: false")
         if self.server.engine_args.get("load_format") == "dummy" and self.parity.model is None:
             raise ValueError("server.engine_args.load_format is dummy: every logprob is equal, so greedy tokens "
                              "prove nothing; set parity.model to a real checkpoint (e.g. models/gemma4-tiny)")

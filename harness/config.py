@@ -90,6 +90,10 @@ class ServerConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="extra server env (allowlisted keys)")
     startup_timeout_s: float = Field(default=420.0, gt=0)
     port: int | None = Field(default=None, ge=1024, le=65535, description="None: a free port each time")
+    start_together: bool = Field(default=True, description=(
+        "start an A/B's servers (speed and parity) at once rather than one after another: their start-ups "
+        "overlap. On a GPU, vLLM sizes its KV cache by profiling free memory, which a neighbour starting at the "
+        "same time disturbs: a GPU spec that starts together fixes it with engine_args.kv_cache_memory_bytes"))
     candidate_may_change: list[Literal["dtype", "kv_cache_dtype", "gpu_memory_utilization"]] = Field(
         default_factory=list, description=(
             "spec-owned engine args a candidate may change (default none: precision and the memory share "

@@ -23,6 +23,7 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "block_size": (int,),
     "kv_cache_dtype": (str,),
     "gpu_memory_utilization": (float, int),
+    "kv_cache_memory_bytes": (int,),     # a fixed KV cache: no profiling of free memory (servers that start together)
     "async_scheduling": (bool,),
     "attention_backend": (str,),
     "compilation_config": (str,),       # JSON string, as vLLM's CLI takes it
@@ -57,7 +58,7 @@ ENV_ALLOWLIST = frozenset({
 # Keys that trade accuracy or the other build's share of the machine rather than speed: a candidate may
 # change them only when the spec names them in server.candidate_may_change (and parity's logprob check then
 # judges the precision it runs at). load_format is never a candidate's: dummy weights are the spec's choice.
-SPEC_OWNED = frozenset({"dtype", "kv_cache_dtype", "gpu_memory_utilization", "load_format"})
+SPEC_OWNED = frozenset({"dtype", "kv_cache_dtype", "gpu_memory_utilization", "kv_cache_memory_bytes", "load_format"})
 
 _FIXED = {"model", "port", "host", "enable_prefix_caching", "seed", "served_model_name", "trust_remote_code",
           "tokenizer", "download_dir", "uds"}

@@ -3,6 +3,7 @@
     HarnessError
      ├── PortInUse            the requested port is taken
      ├── ServerNotReady       /health did not answer within the start-up timeout
+ │    └── StartCancelled   a start-up stopped waiting because a server started with it failed
      ├── ServerCrashed        the server process exited (during start-up or a benchmark)
      ├── WrongTreeLoaded      the server imported vLLM from somewhere other than the workspace
      ├── BenchmarkFailed      the benchmark client failed or requests failed
@@ -19,6 +20,7 @@ __all__ = [
     "HarnessError",
     "PortInUse",
     "ServerNotReady",
+    "StartCancelled",
     "ServerCrashed",
     "WrongTreeLoaded",
     "BenchmarkFailed",
@@ -39,6 +41,10 @@ class PortInUse(HarnessError):
 
 
 class ServerNotReady(HarnessError):
+    pass
+
+
+class StartCancelled(ServerNotReady):
     pass
 
 

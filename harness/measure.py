@@ -9,22 +9,26 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.bench import BenchJob, CellRun, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
 from harness.datasets import copy_task_answer
+from harness.errors import HarnessError
 from harness.integrity import MeasurementDigest, check_unchanged, digest_roots, measurement_roots
 from harness.parity import Generation, ParityReport, compare, held_generations, load_prompts
-from harness.server import Server, serve
+from harness.server import Server, ServerStart, serve, start_together
 from harness.stats import SpeedupCI, cv, overall_ci, speedup_ci
 from harness.workload import compare_workload
 from sandbox.base import Backend
 
-__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "headline_metric", "parity_server",
-           "cache_dir_for", "split_headlines"]
+__all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "compare_arms", "headline_metric",
+           "parity_server", "cache_dir_for", "split_headlines"]
 
 # What "faster" means per metric: throughput up, latency down (ratios are oriented so >1 is better).
 HIGHER_IS_BETTER = {"total_token_throughput": True, "output_throughput": True, "request_throughput": True,
@@ -99,20 +103,22 @@ class ABResult:
     # The image cells' own headline (geometric mean over them), when the grid has both kinds: `overall` is
     # then the text cells' alone, and a verdict guards this one (harness/stats.py decide).
     images: SpeedupCI | None = None
+    # In a comparison of several candidates (compare_arms): this one's server could not start, nothing of it
+    # was measured; the others were. A comparison of one candidate raises it instead.
+    error: HarnessError | None = None
 
     def headline(self) -> dict[str, SpeedupCI]:
         return {label: metrics["headline"] for label, metrics in self.cells.items()}
 
 
-def _jobs(cells: list[Cell], servers: list[tuple[str, Server]], tokenizer: Path, repeats: int,
-          *, flip: bool = False) -> list[BenchJob]:
-    """ABBA-style interleaving: the order of builds alternates per (repeat, cell) so neither side
-    always runs first or right after the other's warm caches. `flip` starts with the second build."""
+def _jobs(cells: list[Cell], servers: list[tuple[str, Server]], tokenizer: Path, repeats: int) -> list[BenchJob]:
+    """ABBA-style interleaving: the order of builds rotates per (repeat, cell), so that no build always runs
+    first or right after another's warm caches (with two builds: AB, BA, AB, ...)."""
     jobs = []
     for rep in range(repeats):
         for index, cell in enumerate(cells):
-            order = servers if (rep + index + flip) % 2 == 0 else list(reversed(servers))
-            for tag, server in order:
+            shift = (rep + index) % len(servers)
+            for tag, server in servers[shift:] + servers[:shift]:
                 jobs.append(BenchJob(cell=cell, base_url=server.base_url, model_name=server.model_name,
                                      tokenizer=tokenizer, tag=tag, repeat=rep))
     return jobs
@@ -167,17 +173,38 @@ def _generate_on_parity_model(backend: Backend, build: Build, *, server: ServerC
 
 def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench: BenchmarkConfig,
                  work_dir: Path, cache_dir: Path, progress: Progress = lambda _: None,
-                 on_run: Callable[[CellRun], None] | None = None, parity: ParityConfig | None = None) -> GridResult:
+                 on_run: Callable[[CellRun], None] | None = None, parity: ParityConfig | None = None,
+                 parity_port: int | None = None) -> GridResult:
+    """One build's grid, and its held prompts' generations when `parity` is given. A parity server on
+    `parity.model` starts together with the speed server (`server.start_together`) on `parity_port`, or on a
+    free port when `server.port` is unset; otherwise it runs first, on `server.port`."""
     cells = bench.cells()
     generations: list[Generation] = []
-    if parity is not None and parity.model is not None:
-        generations = _generate_on_parity_model(backend, build, server=server, parity=parity, work_dir=work_dir,
-                                                cache_dir=cache_dir_for(build, cache_dir / "parity"),
-                                                progress=progress, concurrency=bench.max_concurrency)
-    progress(f"starting server for {build.tag}")
-    with serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
-               log_path=work_dir / f"server-{build.tag}.log",
-               cache_dir=cache_dir_for(build, cache_dir) if build.cache_key else cache_dir) as srv:
+    on_parity_model = parity is not None and parity.model is not None
+    together = on_parity_model and server.start_together and (server.port is None or parity_port is not None)
+
+    def generate() -> list[Generation]:
+        assert parity is not None
+        config = server.model_copy(update={"port": parity_port}) if together else server
+        return _generate_on_parity_model(backend, build, server=config, parity=parity, work_dir=work_dir,
+                                         cache_dir=cache_dir_for(build, cache_dir / "parity"),
+                                         progress=progress, concurrency=bench.max_concurrency)
+
+    if on_parity_model and not together:
+        generations = generate()
+    with contextlib.ExitStack() as stack:
+        parity_thread = None
+        if together:
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-phase"))
+            parity_thread = pool.submit(generate)
+        progress(f"starting server for {build.tag}" + (" (its parity server alongside)" if together else ""))
+        caches = cache_dir_for(build, cache_dir) if build.cache_key else cache_dir
+        try:
+            srv = stack.enter_context(serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
+                                            log_path=work_dir / f"server-{build.tag}.log", cache_dir=caches))
+        finally:
+            if parity_thread is not None:
+                generations = parity_thread.result()
         progress(f"server {build.tag} ready in {srv.startup_s:.1f} s; benchmarking {len(cells)} cells")
         result = GridResult(build=build, startup_s=srv.startup_s, evidence=srv.evidence, generations=generations)
         if parity is not None and parity.model is None:
@@ -228,78 +255,195 @@ def grid_ratios(a: GridResult, b: GridResult, cells: list[Cell], stats_cfg: Stat
     return out, overall_ci(head_a, head_b, stats_cfg)
 
 
-def ab_compare(backend: Backend, a: Build, b: Build, *, server: ServerConfig, bench: BenchmarkConfig,
-               stats_cfg: StatsConfig, parity: ParityConfig | None, work_dir: Path, cache_dir: Path,
-               progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None,
-               reference: list[Generation] | None = None, stop_on_parity_failure: bool = False,
-               ports: dict[str, int] | None = None, b_first: bool = False,
-               measurement: MeasurementDigest | None = None, cells: list[Cell] | None = None) -> ABResult:
+def ab_compare(backend: Backend, a: Build, b: Build, **kw: Any) -> ABResult:
     """Both servers up at once, runs interleaved. Parity first (fail fast): B against `reference` when
-    given (the campaign's baseline), else against A generated now. `b_first`: the interleaving starts
-    with B (a confirmation's own order). The measurement path must be `measurement` (the campaign's, or
+    given (the campaign's baseline), else against A generated now. See compare_arms, of which this is the
+    case of one candidate."""
+    result = compare_arms(backend, a, [b], **kw)[0]
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerConfig, bench: BenchmarkConfig,
+                 stats_cfg: StatsConfig, parity: ParityConfig | None, work_dir: Path, cache_dir: Path,
+                 progress: Progress = lambda _: None, on_run: Callable[[CellRun], None] | None = None,
+                 reference: list[Generation] | None = None, stop_on_parity_failure: bool = False,
+                 ports: dict[str, int] | None = None, b_first: bool = False,
+                 measurement: MeasurementDigest | None = None, cells: list[Cell] | None = None) -> list[ABResult]:
+    """The incumbent A against one or more candidates `bs` (distinct tags), every server up at once and every
+    run interleaved (the order rotates per repeat and cell; only the measured server is thawed). Each
+    candidate gets its own ABResult, paired with A's runs of the same repeat and cell: one A server and one
+    start-up serve several candidates of a round.
+
+    Servers start together (`server.start_together`, the default): the parity servers on `parity.model`
+    (when the speed model has dummy weights) and the speed servers, each parity check judged as soon as its
+    server has generated. A candidate that breaks parity with `stop_on_parity_failure` is dropped before the
+    benchmark (its speed server stops); when none is left, nothing is benchmarked. Parity servers need ports
+    of their own (`ports["B-parity"]`); when `ports` names none, the parity servers run first, on their
+    builds' ports, as they did before starting together. `b_first`: the interleaving starts with the first
+    candidate (a confirmation's own order). The measurement path must be `measurement` (the campaign's, or
     one taken when this comparison starts) before the first server starts and after the last run. `cells`:
     a subset of the grid (a trial's), default all of it."""
+    if len({a.tag, *(b.tag for b in bs)}) != len(bs) + 1:
+        raise ValueError("compare_arms: every build needs a tag of its own")
     cells = cells or bench.cells()
     roots = measurement_roots()
     if measurement is not None:   # the campaign's digest: nothing may have changed since it began
         check_unchanged(measurement, roots, when="before this comparison started (since the campaign began)")
     expected = measurement or digest_roots(roots)   # without one, this comparison's own start is the reference
-    report = None
-    if parity is not None and parity.model is not None:
-        # A separate (cheap) server per build on the real checkpoint, before the speed servers: fail fast.
-        gens = {build.tag: _generate_on_parity_model(
-                    backend, build, server=server.model_copy(update={"port": ports[build.tag]}) if ports else server,
-                    parity=parity, work_dir=work_dir, cache_dir=cache_dir_for(build, cache_dir / "parity"),
-                    progress=progress, concurrency=bench.max_concurrency)
-                for build in ((b,) if reference else (a, b))}
-        report = compare(reference or gens[a.tag], gens[b.tag], logprob_tolerance=parity.logprob_tolerance,
-                         prompts=load_prompts(parity.prompts))
-        progress(report.summary())
-        if not report.ok and stop_on_parity_failure:
-            return ABResult(a=GridResult(build=a, startup_s=0.0, evidence={}),
-                            b=GridResult(build=b, startup_s=0.0, evidence={}), parity=report, cells={}, overall=None)
+    prompts = load_prompts(parity.prompts) if parity is not None else []
+    reports: dict[str, ParityReport] = {}
+    cancel = {build.tag: threading.Event() for build in (a, *bs)}
+    together = server.start_together
+    on_parity_model = parity is not None and parity.model is not None
+    parity_builds = [build for build in ((*bs,) if reference else (a, *bs))]
+
+    def parity_config(port_key: str) -> ServerConfig:
+        port = (ports or {}).get(port_key)
+        return server.model_copy(update={"port": port}) if port is not None else server
+
+    def judge(gens: dict[str, list[Generation]]) -> None:
+        """Each candidate's held prompts against the reference, as soon as both are there."""
+        ref = reference or gens.get(a.tag)
+        for build in bs:
+            if ref is None or build.tag not in gens or build.tag in reports:
+                continue
+            reports[build.tag] = compare(ref, gens[build.tag], logprob_tolerance=parity.logprob_tolerance,  # type: ignore[union-attr]
+                                         prompts=prompts)
+            progress(f"{build.tag}: {reports[build.tag].summary()}" if len(bs) > 1 else reports[build.tag].summary())
+            if not reports[build.tag].ok and stop_on_parity_failure:
+                cancel[build.tag].set()
+
+    def parity_phase(own_ports: bool) -> None:
+        """The parity servers on the real checkpoint, started together, each generating when it is ready."""
+        assert parity is not None
+        gens: dict[str, list[Generation]] = {}
+        lock = threading.Lock()
+
+        def generate(build: Build) -> None:
+            config = parity_config(f"{build.tag}-parity" if own_ports else build.tag)
+            caches = cache_dir_for(build, cache_dir / "parity", taken=tuple(
+                cache_dir_for(other, cache_dir / "parity") for other in parity_builds if other is not build
+                and other.cache_key == build.cache_key))
+            out = _generate_on_parity_model(backend, build, server=config, parity=parity, work_dir=work_dir,
+                                            cache_dir=caches, progress=progress, concurrency=bench.max_concurrency)
+            with lock:
+                gens[build.tag] = out
+                judge(gens)
+
+        if not together:
+            for build in parity_builds:
+                generate(build)
+            return
+        with ThreadPoolExecutor(max_workers=len(parity_builds), thread_name_prefix="parity") as pool:
+            for future in [pool.submit(generate, build) for build in parity_builds]:
+                future.result()
+
+    results = {build.tag: GridResult(build=build, startup_s=0.0, evidence={}) for build in (a, *bs)}
+
+    def dropped(build: Build) -> bool:
+        return stop_on_parity_failure and build.tag in reports and not reports[build.tag].ok
+
+    # Parity servers before the speed servers: when asked to start one at a time, or when the caller's ports
+    # have none for them (they then take their builds' ports, free again before the speed servers start).
+    concurrent_parity = on_parity_model and together and (
+        ports is None or all(f"{build.tag}-parity" in ports for build in parity_builds))
+    if on_parity_model and not concurrent_parity:
+        parity_phase(own_ports=False)
+    alive = [build for build in (a, *bs) if build is a or not dropped(build)]
+    if len(alive) == 1:
+        return [_arm_result(results[a.tag], results[b.tag], reports.get(b.tag), cells, stats_cfg) for b in bs]
     with contextlib.ExitStack() as stack:
+        speed_ports = {build.tag: ports[build.tag] for build in alive} if ports else {}
+        caches: dict[str, Path] = {}
+        for build in alive:
+            caches[build.tag] = cache_dir_for(build, cache_dir, taken=tuple(caches.values()))
+
+        def start(build: Build) -> ServerStart:
+            config = server.model_copy(update={"port": speed_ports[build.tag]}) if speed_ports else server
+            return lambda event: serve(backend, tree=build.tree, config=config, engine_args=build.engine_args,
+                                       log_path=work_dir / f"server-{build.tag}.log", cache_dir=caches[build.tag],
+                                       cancel=event)
+
+        parity_thread = None
+        if concurrent_parity:
+            pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-phase"))
+            parity_thread = pool.submit(parity_phase, True)
         servers: dict[str, Server] = {}
-        caches: tuple[Path, ...] = ()
-        for build in (a, b):
-            progress(f"starting server for {build.tag}")
-            config = server.model_copy(update={"port": ports[build.tag]}) if ports else server
-            caches += (cache_dir_for(build, cache_dir, taken=caches),)
-            servers[build.tag] = stack.enter_context(serve(
-                backend, tree=build.tree, config=config, engine_args=build.engine_args,
-                log_path=work_dir / f"server-{build.tag}.log", cache_dir=caches[-1]))
-            progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
-        if parity is not None and parity.model is None:
-            progress("parity: generating on B" + ("" if reference else " and A"))
-            prompts = load_prompts(parity.prompts)
-            ref = reference or held_generations(servers[a.tag].base_url, server.served_model_name, prompts, parity,
-                                                concurrency=bench.max_concurrency)
-            cand = held_generations(servers[b.tag].base_url, server.served_model_name, prompts, parity,
-                                    concurrency=bench.max_concurrency)
-            report = compare(ref, cand, logprob_tolerance=parity.logprob_tolerance, prompts=prompts)
-            progress(report.summary())
-        ga = GridResult(build=a, startup_s=servers[a.tag].startup_s, evidence=servers[a.tag].evidence)
-        gb = GridResult(build=b, startup_s=servers[b.tag].startup_s, evidence=servers[b.tag].evidence)
-        if report is not None and not report.ok and stop_on_parity_failure:
-            return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None)
-        jobs = _jobs(cells, [(a.tag, servers[a.tag]), (b.tag, servers[b.tag])], server.model, bench.repeats,
-                     flip=b_first)
-        progress(f"benchmark: {len(jobs)} runs interleaved, the other server frozen during each")
-        with _all_thawed(servers):
-            runs = run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
-                            check_alive=_alive_check(servers), before_job=_measure_only(servers))
-        check_unchanged(expected, roots, when="while the builds were served and measured")
-        for run in runs:
-            (ga if run.job.tag == a.tag else gb).runs.append(run)
-        if parity is not None and report is not None \
-                and {**server.engine_args, **b.engine_args}.get("load_format") != "dummy":
-            # Dummy speed weights make every logprob equal: their outputs are ties by construction.
-            workload = compare_workload(
-                ga.runs, gb.runs, tokenizer=server.model, reference_url=servers[a.tag].base_url,
-                model=server.served_model_name, tie_margin=parity.tie_margin,
-                answer=copy_task_answer if bench.dataset == "copy-task" else None, alpha=parity.workload_alpha)
-            report = dataclasses.replace(report, workload=workload)
-            progress(workload.summary())
+        start_errors: dict[str, HarnessError] = {}
+        try:
+            if together:
+                progress("starting " + ", ".join(f"{build.tag}" for build in alive) + " together"
+                         + (" (and the parity servers)" if parity_thread else ""))
+                servers, failed = start_together(stack, {build.tag: start(build) for build in alive},
+                                                 cancel=cancel, progress=progress,
+                                                 tolerate=frozenset(b.tag for b in bs) if len(bs) > 1 else frozenset())
+                start_errors.update(failed)
+            else:
+                for build in alive:
+                    progress(f"starting server for {build.tag}")
+                    try:
+                        servers[build.tag] = stack.enter_context(start(build)(cancel[build.tag]))
+                    except HarnessError as exc:
+                        if build is a or len(bs) == 1:
+                            raise
+                        start_errors[build.tag] = exc
+                        continue
+                    progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
+        except BaseException:
+            for event in cancel.values():     # the parity servers are not waited for longer than needed
+                event.set()
+            raise
+        finally:
+            if parity_thread is not None:
+                parity_thread.result()        # its error (a parity server that would not start) is the A/B's
+        if parity is not None and not on_parity_model:
+            progress("parity: generating on " + ", ".join(b.tag for b in bs) + ("" if reference else f" and {a.tag}"))
+            gens = {tag: held_generations(srv.base_url, server.served_model_name, prompts, parity,
+                                          concurrency=bench.max_concurrency)
+                    for tag, srv in servers.items() if tag != a.tag or not reference}
+            judge(gens)
+        for tag, srv in servers.items():
+            results[tag] = GridResult(build=results[tag].build, startup_s=srv.startup_s, evidence=srv.evidence)
+        measured = {tag: srv for tag, srv in servers.items()
+                    if tag == a.tag or not dropped(results[tag].build)}
+        for tag in set(servers) - set(measured):   # broke parity: not benchmarked, its server idles frozen
+            servers[tag].running.freeze()
+        if len(measured) > 1:
+            order = [(build.tag, measured[build.tag]) for build in (a, *bs) if build.tag in measured]
+            if b_first:
+                order = order[1:] + order[:1]
+            jobs = _jobs(cells, order, server.model, bench.repeats)
+            progress(f"benchmark: {len(jobs)} runs interleaved, the other server{'s' if len(order) > 2 else ''} "
+                     "frozen during each")
+            with _all_thawed(measured):
+                runs = run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
+                                check_alive=_alive_check(measured), before_job=_measure_only(measured))
+            check_unchanged(expected, roots, when="while the builds were served and measured")
+            for run in runs:
+                results[run.job.tag].runs.append(run)
+            if parity is not None and {**server.engine_args, **a.engine_args}.get("load_format") != "dummy":
+                # Dummy speed weights make every logprob equal: their outputs are ties by construction.
+                for build in bs:
+                    if build.tag not in measured or build.tag not in reports:
+                        continue
+                    workload = compare_workload(
+                        results[a.tag].runs, results[build.tag].runs, tokenizer=server.model,
+                        reference_url=measured[a.tag].base_url, model=server.served_model_name,
+                        tie_margin=parity.tie_margin, answer=copy_task_answer if bench.dataset == "copy-task" else None,
+                        alpha=parity.workload_alpha)
+                    reports[build.tag] = dataclasses.replace(reports[build.tag], workload=workload)
+                    progress(f"{build.tag}: {workload.summary()}" if len(bs) > 1 else workload.summary())
+    return [_arm_result(results[a.tag], results[b.tag], reports.get(b.tag), cells, stats_cfg,
+                        error=start_errors.get(b.tag)) for b in bs]
+
+
+def _arm_result(ga: GridResult, gb: GridResult, report: ParityReport | None, cells: list[Cell],
+                stats_cfg: StatsConfig, error: HarnessError | None = None) -> ABResult:
+    """One candidate's A/B out of a comparison: its ratios to A, or (not benchmarked) its parity alone."""
+    if not gb.runs:
+        return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None, error=error)
     cell_cis, _ = grid_ratios(ga, gb, cells, stats_cfg)
     overall, images = split_headlines(ga, gb, cells, stats_cfg)
     return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall, images=images)

@@ -17,8 +17,10 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +28,11 @@ import httpx
 
 from harness.config import ServerConfig
 from harness.engine_args import check_env, engine_argv
-from harness.errors import PortInUse, ServerCrashed, ServerNotReady, WrongTreeLoaded
+from harness.errors import HarnessError, PortInUse, ServerCrashed, ServerNotReady, StartCancelled, WrongTreeLoaded
 from sandbox.base import Backend, Launch, Limits, Mount, Running
 
-__all__ = ["Server", "serve", "free_port", "port_is_free", "log_tail", "failure_excerpt", "tree_digest"]
+__all__ = ["Server", "ServerStart", "serve", "start_together", "free_port", "port_is_free", "log_tail",
+           "failure_excerpt", "tree_digest"]
 
 EVIDENCE_TAG = "RATCHET_EVIDENCE "
 _ENTRY = f"""
@@ -193,11 +196,13 @@ def _read_evidence(log_path: Path) -> dict[str, object]:
     return {}
 
 
-def _wait_healthy(running: Running, log_path: Path, timeout_s: float) -> float:
+def _wait_healthy(running: Running, log_path: Path, timeout_s: float, cancel: threading.Event | None) -> float:
     start = time.monotonic()
     deadline = start + timeout_s
     with httpx.Client(timeout=2.0) as client:
         while time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                raise StartCancelled(f"start-up of {running.base_url} cancelled after {time.monotonic() - start:.0f} s")
             if not running.alive():
                 raise ServerCrashed(
                     f"server exited with code {running.exit_code()} during start-up; "
@@ -216,20 +221,24 @@ def _wait_healthy(running: Running, log_path: Path, timeout_s: float) -> float:
 @contextlib.contextmanager
 def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: dict[str, object],
           log_path: Path, cache_dir: Path, python: str = sys.executable,
-          extra_argv: tuple[str, ...] = (), limits: Limits | None = None) -> Iterator[Server]:
-    """A fresh server for `tree` (a directory holding `vllm/`); killed with its process group on exit."""
+          extra_argv: tuple[str, ...] = (), limits: Limits | None = None,
+          cancel: threading.Event | None = None) -> Iterator[Server]:
+    """A fresh server for `tree` (a directory holding `vllm/`); killed with its process group on exit. `cancel`,
+    once set, ends a start-up still waiting for /health (StartCancelled): servers started together stop waiting
+    when one of them has failed."""
     port = config.port or free_port()
     with port_lease(port):
         _check_port(port)
         with _serve(backend, tree=tree, config=config, engine_args=engine_args, log_path=log_path,
-                    cache_dir=cache_dir, python=python, extra_argv=extra_argv, limits=limits, port=port) as server:
+                    cache_dir=cache_dir, python=python, extra_argv=extra_argv, limits=limits, port=port,
+                    cancel=cancel) as server:
             yield server
 
 
 @contextlib.contextmanager
 def _serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: dict[str, object], log_path: Path,
-           cache_dir: Path, python: str, extra_argv: tuple[str, ...], limits: Limits | None, port: int
-           ) -> Iterator[Server]:
+           cache_dir: Path, python: str, extra_argv: tuple[str, ...], limits: Limits | None, port: int,
+           cancel: threading.Event | None) -> Iterator[Server]:
     model = config.model.resolve()
     if not (model / "config.json").exists():
         raise ServerNotReady(f"model directory {model} has no config.json; check server.model in the spec")
@@ -247,7 +256,7 @@ def _serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: d
     log_path.unlink(missing_ok=True)
     running = backend.start(launch)
     try:
-        startup_s = _wait_healthy(running, log_path, config.startup_timeout_s)
+        startup_s = _wait_healthy(running, log_path, config.startup_timeout_s, cancel)
         evidence = _read_evidence(log_path)
         loaded = Path(str(evidence.get("vllm_file", ""))).resolve()
         # A container sees the tree at its own mount point (docker: describe()["workspace_target"]).
@@ -264,3 +273,58 @@ def _serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: d
                      evidence=evidence, log_path=log_path, running=running)
     finally:
         running.stop()
+
+
+ServerStart = Callable[[threading.Event], contextlib.AbstractContextManager[Server]]
+
+
+def start_together(stack: contextlib.ExitStack, starts: Mapping[str, ServerStart], *,
+                   cancel: Mapping[str, threading.Event], progress: Callable[[str], None] = lambda _: None,
+                   tolerate: frozenset[str] = frozenset()) -> tuple[dict[str, Server], dict[str, HarnessError]]:
+    """Start every server at once and wait for all of them: their imports, compiles and graph captures overlap
+    (one GPU start-up is mostly CPU work, and a GPU host has the cores). Each started server is stopped by
+    `stack`. A failed start-up ends the others' waiting (they are stopped) and its error is raised, unless its
+    tag is in `tolerate`: that failure is returned with the servers that did start (a candidate whose config
+    cannot start must not cost the others their measurement). A server whose own event in `cancel` is set from
+    outside (its candidate broke parity meanwhile) is left out of the result, not an error."""
+    managers = {tag: start(cancel[tag]) for tag, start in starts.items()}
+
+    def enter(tag: str) -> Server:
+        try:
+            server = managers[tag].__enter__()
+        except BaseException as exc:
+            if not isinstance(exc, StartCancelled) and tag not in tolerate:
+                for event in cancel.values():
+                    event.set()
+            raise
+        progress(f"server {tag} ready in {server.startup_s:.1f} s")
+        return server
+
+    servers: dict[str, Server] = {}
+    errors: list[BaseException] = []
+    failed: dict[str, HarnessError] = {}
+    pool = ThreadPoolExecutor(max_workers=len(managers), thread_name_prefix="server-start")
+    futures = {tag: pool.submit(enter, tag) for tag in managers}
+    try:
+        wait(futures.values())
+    except BaseException:          # interrupted (SIGTERM, Ctrl-C): no start-up goes on waiting
+        for event in cancel.values():
+            event.set()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        for tag, future in futures.items():    # whatever started is stopped by the stack, whatever else happens
+            exc = future.exception()
+            if exc is None:
+                servers[tag] = future.result()
+                stack.push(managers[tag].__exit__)
+            elif isinstance(exc, StartCancelled):
+                continue
+            elif tag in tolerate and isinstance(exc, HarnessError):
+                failed[tag] = exc
+                progress(f"server {tag} did not start: {type(exc).__name__}")
+            else:
+                errors.append(exc)
+    if errors:
+        raise errors[0]
+    return servers, failed

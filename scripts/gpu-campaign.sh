@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # A serving campaign on an offline GPU host (vLLM from ratchet's bundle), driven by several commands within a fixed
 # budget of GPU time:
+#   scripts/gpu-campaign.sh train     start training the E2B-shaped parity checkpoint (~6 min on an H200) in its own
+#                                     session, with a private copy of the host's transformers, so that it runs
+#                                     while the bundle parts are carried over and installed
 #   scripts/gpu-campaign.sh start     after scripts/gpu-stage.sh has gathered every bundle part: install the
 #                                     bundle (scripts/gpu-setup.sh), then start `ratchet run` in its own session,
 #                                     from a private copy of the repo, so it outlives the shell that started it
@@ -24,7 +27,26 @@ progress() {
 
 running() { [ -f "$STATE/pid" ] && kill -0 "$(cat "$STATE/pid")" 2>/dev/null; }
 
+CKPT=/var/tmp/ratchet-e2b-shaped
+training() { [ -f "$STATE/train.pid" ] && kill -0 "$(cat "$STATE/train.pid")" 2>/dev/null; }
+
 case "${1:-}" in
+train)
+  if [ -f "$CKPT/model.safetensors" ] || training; then echo "checkpoint present or in training"; exit 0; fi
+  # The bundle installs its own transformers (5.5.3) into python3's environment while this runs: the training
+  # imports the host's (measured with it) from a copy made now.
+  HOST_SITE=/var/tmp/host-site
+  rm -rf "$HOST_SITE" && mkdir -p "$HOST_SITE"
+  for m in transformers tokenizers; do
+    d=$(python3 -c "import $m, os; print(os.path.dirname($m.__file__))") && cp -r "$d" "$HOST_SITE"/
+  done
+  PYTHONPATH=$HOST_SITE PYTHONUNBUFFERED=1 setsid nohup python3 experiments/models/gemma4-e2b-shaped/train.py \
+    --out "$CKPT" > "$STATE/train.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/train.pid"
+  sleep 5
+  tail -3 "$STATE/train.log"
+  training && echo "training (pid $(cat "$STATE/train.pid"))" || { echo "training exited early"; exit 1; }
+  ;;
 start)
   T_START=$(date +%s)
   rm -rf "$SRC" && mkdir -p "$SRC"
@@ -33,7 +55,12 @@ start)
   cd "$SRC"
   # Parity runs on the E2B-shaped checkpoint, trained on this host once (~6 min on an H200; measured with the
   # host's transformers, before the bundle installs its own). The weights live outside the copied tree.
-  CKPT=/var/tmp/ratchet-e2b-shaped
+  if training; then   # started by `train`: wait for it (set-up below would otherwise compete for the GPU)
+    SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
+    SETUP=true
+    echo "waiting for the parity checkpoint's training"; while training; do sleep 5; done
+    tail -5 "$STATE/train.log"
+  fi
   if [ ! -f "$CKPT/model.safetensors" ]; then
     python3 experiments/models/gemma4-e2b-shaped/train.py --out "$CKPT" > "$STATE/train.log" 2>&1 \
       || { tail -20 "$STATE/train.log"; exit 1; }

@@ -126,26 +126,40 @@ class FakeMeasurements:
                               runs=_runs(build, bench.cells(), bench, str(work_dir)),
                               generations=generations(build, parity) if parity else [])
 
-    def ab(self, backend: Any, a: Build, b: Build, *, bench: BenchmarkConfig, stats_cfg: Any,
-           parity: ParityConfig | None, work_dir: Path, reference: list[Generation] | None = None,
-           stop_on_parity_failure: bool = False, cells: list[Cell] | None = None, **kw: Any) -> ABResult:
+    def ab(self, backend: Any, a: Build, b: Build, **kw: Any) -> ABResult:
         self.calls.append("ab")
+        return self._compare(a, [b], **kw)[0]
+
+    def arms(self, backend: Any, a: Build, bs: list[Build], **kw: Any) -> list[ABResult]:
+        """Several candidates against one A (one start-up, A's runs shared), as harness.measure.compare_arms."""
+        self.calls.append(f"arms{len(bs)}")
+        return self._compare(a, bs, **kw)
+
+    def _compare(self, a: Build, bs: list[Build], *, bench: BenchmarkConfig, stats_cfg: Any,
+                 parity: ParityConfig | None, work_dir: Path, reference: list[Generation] | None = None,
+                 stop_on_parity_failure: bool = False, cells: list[Cell] | None = None, **kw: Any
+                 ) -> list[ABResult]:
         work_dir.mkdir(parents=True, exist_ok=True)
         cells = cells or bench.cells()
-        report = None
-        if parity is not None:
-            report = compare(reference or generations(a, parity), generations(b, parity),
-                             logprob_tolerance=parity.logprob_tolerance, prompts=load_prompts(parity.prompts))
+        reports = {b.tag: compare(reference or generations(a, parity), generations(b, parity),
+                                  logprob_tolerance=parity.logprob_tolerance, prompts=load_prompts(parity.prompts))
+                   for b in bs} if parity is not None else {}
         ga = GridResult(build=a, startup_s=0.1, evidence={"fake": True})
-        gb = GridResult(build=b, startup_s=0.1, evidence={"fake": True})
-        if report is not None and not report.ok and stop_on_parity_failure:
-            return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None)
-        with self._servers(work_dir, (a, b), "ab"):
-            ga.runs = _runs(a, cells, bench, str(work_dir))
-            gb.runs = _runs(b, cells, bench, str(work_dir))
-        cell_cis, _ = grid_ratios(ga, gb, cells, stats_cfg)
-        overall, images = split_headlines(ga, gb, cells, stats_cfg)
-        return ABResult(a=ga, b=gb, parity=report, cells=cell_cis, overall=overall, images=images)
+        measured = [b for b in bs if not (stop_on_parity_failure and b.tag in reports and not reports[b.tag].ok)]
+        out: dict[str, ABResult] = {b.tag: ABResult(a=ga, b=GridResult(build=b, startup_s=0.1, evidence={"fake": True}),
+                                                    parity=reports.get(b.tag), cells={}, overall=None)
+                                    for b in bs if b not in measured}
+        if measured:
+            with self._servers(work_dir, (a, *measured), "ab"):
+                ga.runs = _runs(a, cells, bench, str(work_dir))
+                for b in measured:
+                    gb = GridResult(build=b, startup_s=0.1, evidence={"fake": True},
+                                    runs=_runs(b, cells, bench, str(work_dir)))
+                    cell_cis, _ = grid_ratios(ga, gb, cells, stats_cfg)
+                    overall, images = split_headlines(ga, gb, cells, stats_cfg)
+                    out[b.tag] = ABResult(a=ga, b=gb, parity=reports.get(b.tag), cells=cell_cis, overall=overall,
+                                          images=images)
+        return [out[b.tag] for b in bs]
 
     def profile(self, backend: Any, *, engine_args: Mapping[str, object], cell: Cell, work_dir: Path,
                 **kw: Any) -> list[Profile]:

@@ -188,3 +188,36 @@ def test_a_serving_change_vllm_resolves_to_the_args_in_force_is_refused_before_a
     # the baseline grid, the accepted candidate's screen and confirmation, the final comparison: no A/B for the no-op
     assert measure.calls.count("ab") == 3, measure.calls
     assert end.verdict.status == "improved" and verify(end.log_dir).ok
+
+
+def test_a_round_of_candidates_is_screened_together_against_one_incumbent_and_only_its_best_is_confirmed(
+        tmp_path: Path) -> None:
+    # executor.slots 3 on one host: the round's three candidates are one comparison (one incumbent server, one
+    # start-up), then the best of them gets its own fresh confirmation A/B; 8 seqs is the fastest (2.0x)
+    spec = write_target(tmp_path, space="[2, 4, 8]", iterations=3, extra="executor: {kind: local, slots: 3}")
+    measure = FakeMeasurements()
+    end = start(spec, tmp_path / "logs", tmp_path / "ws", measure)
+    assert measure.calls.count("arms3") == 1, measure.calls
+    # the confirmation and the final comparison are ordinary A/Bs; no candidate had an A/B of its own to screen it
+    assert measure.calls.count("ab") == 2, measure.calls
+    records = read_records(end.log_dir)
+    results = {r["iteration"]: payload_of(end.log_dir, r) for r in records if r["kind"] == "iteration.result"}
+    assert sorted(results) == [1, 2, 3]
+    by_source = {r["source"]: r for r in results.values()}
+    outcomes = {r["source"]: r["outcome"] for r in results.values()}
+    assert len(outcomes) == 3, outcomes
+    winner = next(src for src in outcomes if '"max_num_seqs": 8' in src)
+    assert outcomes[winner] == "accepted"
+    assert sorted(outcomes.values()) == ["accepted", "rejected", "rejected"]
+    for source, r in by_source.items():
+        if source != winner:   # passed its screen, but the round commits one candidate only
+            assert "superseded" in str(r["reason"]), r
+    # each candidate's record says it was screened together, with its share of the comparison's time;
+    # the winner's evidence is its confirmation (an A/B of its own), its screen is kept beside it
+    assert by_source[winner]["screen"]["placement"]["screened_together"] == [1, 2, 3]
+    for source, r in by_source.items():
+        if source != winner:
+            assert r["placement"]["screened_together"] == [1, 2, 3]
+            assert r["placement"]["seconds"] * 3 == pytest.approx(r["placement"]["comparison_seconds"], abs=0.2)
+            assert r["evidence"]["B"] == {"fake": True} and r["cells_rows"], r
+    assert end.verdict.status == "improved" and verify(end.log_dir).ok

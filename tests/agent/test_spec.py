@@ -92,17 +92,33 @@ def test_the_guard_may_not_exceed_the_threshold(tmp_path: Path) -> None:
         load_spec(tmp_path / "s.yaml")
 
 
-def test_the_executor_defaults_to_local_and_parallel_slots_need_ray(tmp_path: Path) -> None:
+def test_the_executor_defaults_to_local_and_local_slots_are_bounded_by_one_host(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(MINIMAL)
     assert (load_spec(tmp_path / "s.yaml").executor.kind, load_spec(tmp_path / "s.yaml").executor.slots) == ("local", 1)
     ray_spec = load_spec(ROOT / "experiments" / "gemma4-tiny-cpu-ray.yaml")
     assert (ray_spec.executor.kind, ray_spec.executor.slots, ray_spec.executor.ray.max_retries) == ("ray", 2, 1)
-    (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {slots: 2}\n")
-    with pytest.raises(SpecError, match="slots > 1 needs kind: ray"):
+    (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {slots: 3}\n")
+    assert load_spec(tmp_path / "s.yaml").executor.slots == 3     # screened together against one incumbent
+    (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {slots: 7}\n")
+    with pytest.raises(SpecError, match="at most 6"):
         load_spec(tmp_path / "s.yaml")
     (tmp_path / "s.yaml").write_text(MINIMAL + "executor: {kind: ray, ray: {gpus: 1}}\n")
     with pytest.raises(SpecError, match="executor.ray.gpus: unknown key"):
         load_spec(tmp_path / "s.yaml")
+
+
+def test_a_gpu_spec_that_starts_servers_together_fixes_the_kv_cache(tmp_path: Path) -> None:
+    gpu = MINIMAL + "hardware: gpu\n"
+    (tmp_path / "s.yaml").write_text(gpu)
+    with pytest.raises(SpecError, match="kv_cache_memory_bytes"):
+        load_spec(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(gpu.replace("server: {model: m}", "server: {model: m, start_together: false}"))
+    assert not load_spec(tmp_path / "s.yaml").server.start_together
+    (tmp_path / "s.yaml").write_text(gpu.replace(
+        "server: {model: m}", "server: {model: m, engine_args: {kv_cache_memory_bytes: 1073741824}}"))
+    assert load_spec(tmp_path / "s.yaml").server.start_together     # the default
+    (tmp_path / "s.yaml").write_text(MINIMAL)
+    assert load_spec(tmp_path / "s.yaml").server.start_together     # a CPU KV cache is sized from the config
 
 
 def test_dummy_speed_weights_need_a_real_parity_checkpoint(tmp_path: Path) -> None:
