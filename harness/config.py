@@ -179,8 +179,9 @@ class BenchmarkConfig(BaseModel):
 # 1.24e-5), the subtlest planted bug by 3.74e-4 (exact GELU in the PLE gate; PLE table x1.1: 0.32).
 DEFAULT_LOGPROB_TOLERANCE = 1e-4
 
-# The engine args a parity.model server may override: those the checkpoint itself dictates.
-PARITY_OVERRIDABLE = frozenset({"load_format", "max_model_len"})
+# The engine args a parity.model server may override: those the checkpoint itself dictates, and its KV cache's
+# size (spec-owned, never a candidate's: a smaller checkpoint beside the speed servers needs less).
+PARITY_OVERRIDABLE = frozenset({"load_format", "max_model_len", "kv_cache_memory_bytes"})
 
 
 class ParityConfig(BaseModel):
