@@ -104,7 +104,10 @@ def _limits(spec: CampaignSpec) -> dict[str, float]:
 
 
 def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
-              log_dir: Path, on_event: Event, measure: Measurements) -> tuple[list[Any], list[Any]]:
+              log_dir: Path, on_event: Event, measure: Measurements
+              ) -> tuple[list[Any], list[Any], tuple[float, float]]:
+    """The parity reference, the grid's rows, and what the loop plans its rounds with: the server's start-up and
+    the seconds its grid took (both recorded)."""
     on_event("phase", {"phase": "baseline: parity reference + grid"})
     port = gate_server(gate, spec, ws.serving_config(), 0)
     server = spec.server.model_copy(update={"port": port})
@@ -120,13 +123,14 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
                    meta={"ref": build.ref, "engine_args": build.engine_args})
     rows = grid.table(spec.benchmark.cells())
     writer.append(records.BASELINE_RESULT, iteration=0, payload={
-        "cells": rows, "startup_s": grid.startup_s, "evidence": grid.evidence, "ref": build.ref,
+        "cells": rows, "startup_s": grid.startup_s, "grid_s": round(sum(run.wall_s for run in grid.runs), 1),
+        "evidence": grid.evidence, "ref": build.ref,
         "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
         "reference_sha256": file_sha256(log_dir / REFERENCE_FILE),
         # the weights the reference was recorded from (a GPU host may train its own parity checkpoint)
         "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model)})
     writer.checkpoint()
-    return grid.generations, rows
+    return grid.generations, rows, (grid.startup_s, sum(run.wall_s for run in grid.runs))
 
 
 def checkpoint_digest(model: Path) -> dict[str, str]:
@@ -203,8 +207,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
                                                           opened.workspace, opened.branch, opened.gate)
         executor = _executor(spec, writer, measure)   # before the baseline: a cluster that is not there fails fast
         try:
-            reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                        log_dir=log_dir, on_event=on_event, measure=measure)
+            reference, rows, basis = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                               log_dir=log_dir, on_event=on_event, measure=measure)
             profile = profile_incumbent(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                         log_dir=log_dir, iteration=0, on_event=on_event,
                                         reads_profile=proposer.reads_profile, measure=measure)
@@ -215,7 +219,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
                         on_event=on_event, executor=executor, measurement=measurement, measure=measure,
-                        served=served_environment(target_record(source).get("target_image")))
+                        round_basis=basis, served=served_environment(target_record(source).get("target_image")))
         camp.resolve_defaults()
         return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
 
@@ -262,9 +266,10 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         executor = _executor(spec, writer, measure)
         try:
             if journal.baseline is None:
-                reference, rows = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                            log_dir=log_dir, on_event=on_event, measure=measure)
+                reference, rows, basis = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
+                                                   log_dir=log_dir, on_event=on_event, measure=measure)
             else:
+                basis = (float(journal.baseline.get("startup_s") or 0.0), float(journal.baseline.get("grid_s") or 0.0))
                 if file_sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
                     raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
                 reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
@@ -278,7 +283,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
                         profile=journal.profile,
                         next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event,
-                        executor=executor, measurement=measurement, measure=measure,
+                        executor=executor, measurement=measurement, measure=measure, round_basis=basis,
                         served=served_environment(journal.target_image))
         for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
             camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)

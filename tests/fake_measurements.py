@@ -78,7 +78,7 @@ def _result(cell: Cell, tok_s: float, prompts: int) -> BenchResult:
                        median_e2el_ms=ms, p99_e2el_ms=ms)
 
 
-def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str) -> list[CellRun]:
+def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str, run_s: float = 0.01) -> list[CellRun]:
     rng = random.Random(f"{seed}:{build.tag}")
     runs = []
     for cell in cells:
@@ -87,14 +87,15 @@ def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str) ->
             tok_s *= image_speed_of(build) if cell.has_images else 1.0
             job = BenchJob(cell=cell, base_url="http://fake", model_name="fake", tokenizer=Path("fake"),
                            tag=build.tag, repeat=repeat)
-            runs.append(CellRun(job=job, result=_result(cell, tok_s, bench.num_prompts), wall_s=0.01))
+            runs.append(CellRun(job=job, result=_result(cell, tok_s, bench.num_prompts), wall_s=run_s))
     return runs
 
 
 class FakeMeasurements:
-    def __init__(self, hold_s: float = 0.0) -> None:
+    def __init__(self, hold_s: float = 0.0, startup_s: float = 0.1, run_s: float = 0.01) -> None:
         self.calls: list[str] = []
         self.hold_s = hold_s
+        self.startup_s, self.run_s = startup_s, run_s   # what the baseline reports (the loop plans rounds with it)
 
     def digest(self) -> MeasurementDigest:
         return MeasurementDigest(sha256="fake-measurement-path", files={})
@@ -122,8 +123,8 @@ class FakeMeasurements:
         self.calls.append("grid")
         work_dir.mkdir(parents=True, exist_ok=True)
         with self._servers(work_dir, (build,), "grid"):
-            return GridResult(build=build, startup_s=0.1, evidence={"fake": True},
-                              runs=_runs(build, bench.cells(), bench, str(work_dir)),
+            return GridResult(build=build, startup_s=self.startup_s, evidence={"fake": True},
+                              runs=_runs(build, bench.cells(), bench, str(work_dir), self.run_s),
                               generations=generations(build, parity) if parity else [])
 
     def ab(self, backend: Any, a: Build, b: Build, **kw: Any) -> ABResult:

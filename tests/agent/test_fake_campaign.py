@@ -221,3 +221,19 @@ def test_a_round_of_candidates_is_screened_together_against_one_incumbent_and_on
             assert r["placement"]["seconds"] * 3 == pytest.approx(r["placement"]["comparison_seconds"], abs=0.2)
             assert r["evidence"]["B"] == {"fake": True} and r["cells_rows"], r
     assert end.verdict.status == "improved" and verify(end.log_dir).ok
+
+
+def test_a_round_shrinks_to_the_candidates_the_wall_budget_holds(tmp_path: Path) -> None:
+    # The baseline reports a 100 s start-up and 5 s per run (8 runs: a 40 s grid): a round of 3 is planned at
+    # 1.2 x (100 + 4 x 40) = 312 s, a round of 2 at 264 s; 300 s of wall budget hold 2. The next round is planned
+    # from the first one's own time (a second here), so it takes the 3 that are left.
+    spec = write_target(tmp_path, space="[2, 4, 8, 16, 32]", iterations=5,
+                        extra="executor: {kind: local, slots: 3}")
+    spec.write_text(spec.read_text().replace("wall_seconds: 3600", "wall_seconds: 300"))
+    measure = FakeMeasurements(startup_s=100.0, run_s=5.0)
+    end = start(spec, tmp_path / "logs", tmp_path / "ws", measure)
+    assert [c for c in measure.calls if c.startswith("arms")] == ["arms2", "arms3"], measure.calls
+    records = read_records(end.log_dir)
+    assert sorted(r["iteration"] for r in records if r["kind"] == "iteration.result") == [1, 2, 3, 4, 5]
+    baseline = next(payload_of(end.log_dir, r) for r in records if r["kind"] == "baseline.result")
+    assert (baseline["startup_s"], baseline["grid_s"]) == (100.0, 40.0)   # recorded: a resume plans with it too
