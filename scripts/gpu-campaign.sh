@@ -12,6 +12,10 @@
 #                                     leave the log (tgz), the report and the console output in $OUT
 # GPU_TIME_LEFT_S (s, for `start`): what the budget of GPU time has left; the loop's wall budget is derived from it
 # (WINDOW_LEFT_S, its earlier name, is read too).
+# SANDBOX_BACKEND (for `start`): run the spec with this sandbox.backend instead of its own (auto). A host with
+# neither Docker nor bubblewrap (and no package index to install them) can only run `unisolated`, which the spec
+# must then say by name; this writes it into the campaign's copy of the spec and says so. Only for proposers
+# whose candidates are serving.yaml edits (search): the llm proposer refuses an unisolated sandbox anyway.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATE=/var/tmp/ratchet-campaign
@@ -53,6 +57,12 @@ start)
   # the checkout may be refreshed before the next command; the campaign reads its own copy (bundle parts left out)
   tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
   cd "$SRC"
+  if [ -n "${SANDBOX_BACKEND:-}" ]; then
+    case "$SANDBOX_BACKEND" in auto|docker|bwrap|unisolated) ;; *) echo "SANDBOX_BACKEND: $SANDBOX_BACKEND?"; exit 2;; esac
+    sed -i "s/^  backend: [a-z]*\( .*\)\?$/  backend: $SANDBOX_BACKEND   # SANDBOX_BACKEND (scripts\/gpu-campaign.sh)/" "$SPEC"
+    grep -q "^  backend: $SANDBOX_BACKEND " "$SPEC" || { echo "could not set sandbox.backend in $SPEC"; exit 1; }
+    echo "sandbox.backend: $SANDBOX_BACKEND (set by SANDBOX_BACKEND for this campaign)" | tee -a "$STATE/gpu.txt"
+  fi
   # Parity runs on the E2B-shaped checkpoint, trained on this host once (~6 min on an H200; measured with the
   # host's transformers, before the bundle installs its own). The weights live outside the copied tree.
   if training; then   # started by `train`: wait for it (set-up below would otherwise compete for the GPU)
@@ -101,7 +111,12 @@ collect)
     python3 -m agent.cli audit verify "$d" 2>&1 | tee -a "$OUT/verify.txt"
     cp "$d"/summary.md "$OUT/campaign-summary.md" 2>/dev/null
   done
-  tar czf "$OUT/campaign-log.tgz" --exclude='tree-*' --exclude='cache' -C "$STATE/logs" . 2>/dev/null
+  # The benchmark datasets are left out (the seeds rebuild them); the client's detailed results stay. Files come back
+  # from the host in pieces of at most 16 MiB: `cat campaign-log.tgz.part-* > campaign-log.tgz` puts them together.
+  tar czf "$STATE/campaign-log.tgz" --exclude='tree-*' --exclude='cache' --exclude='prompts-*.jsonl' \
+    -C "$STATE/logs" . 2>/dev/null
+  split -b 15M "$STATE/campaign-log.tgz" "$OUT/campaign-log.tgz.part-"
+  for d in "$STATE"/logs/*/; do python3 experiments/campaign_time.py "$d" --out "$OUT/campaign-time.json" >/dev/null; done
   ls -la "$OUT"
   ;;
 *)

@@ -134,3 +134,29 @@ def test_the_h200_kernel_serving_table_comes_from_its_recorded_runs(tmp_path: Pa
     prefill = table["cells"]["in8192/out1"]["prefill_tok_s"]
     text = (results / "vllm-kernel-serving-h200.md").read_text()
     assert f"**{prefill['ratio']:.3f}x [{prefill['low']:.3f}, {prefill['high']:.3f}]**" in text
+
+
+def test_the_h200_round_of_three_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """experiments/results/h200-arms-campaign.md: the cut-short campaign's log verifies, and its cost and per-cell
+    figures are what the two scripts compute from it."""
+    from comparison_runs import summarise as comparison
+
+    from audit import verify
+
+    with tarfile.open(RESULTS / "h200-arms-campaign-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("gemma4-e2b-gpu-campaign-*")
+    checked = verify(log_dir)
+    assert checked.ok and checked.records == 30, checked
+    timing = summarise(log_dir)
+    committed = json.loads((RESULTS / "h200-arms-campaign-time.json").read_text())
+    assert {k: v for k, v in timing.items() if k != "log_dir"} == {k: v for k, v in committed.items() if k != "log_dir"}
+    assert timing["vllm_startup_share"] < 0.30 and timing["outcomes"] == []     # cut short: no verdicts
+    round1 = comparison(log_dir / "runs" / "it001")
+    saved = json.loads((RESULTS / "h200-arms-campaign-round1.json").read_text())
+    assert round1["candidates"] == saved["candidates"] and (round1["runs"], round1["planned_runs"]) == (54, 64)
+    text = (RESULTS / "h200-arms-campaign.md").read_text()
+    cell = saved["candidates"]["B1"]["cells"]["in512/out256"]
+    assert f"**{cell['ratio']:.3f}× [{cell['low']:.3f}, {cell['high']:.3f}]**" in text
+    overall = saved["candidates"]["B3"]["overall"]
+    assert f"{overall['ratio']:.3f}× [{overall['low']:.3f}, {overall['high']:.3f}]" in text
