@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="override budget.wall_seconds (e.g. what a fixed budget of GPU time has left)")
     p.add_argument("--search-strategy", choices=("random", "grid"), help="override proposer.search.strategy")
     p.add_argument("--executor", choices=("local", "ray"), help="override executor.kind")
-    p.add_argument("--slots", type=int, help="override executor.slots (evaluations in flight; ray only)")
+    p.add_argument("--slots", type=int, help="override executor.slots (candidates per round: screened "
+                   "together on this host with local, in flight at once with ray)")
     p.add_argument("--ray-address", help="override executor.ray.address (default: a local Ray for this run)")
     p.add_argument("--log-dir", default="audit_logs", help="campaign logs go to DIR/<campaign-id>/")
     p.add_argument("--workspaces", default=".ratchet/workspaces", help="where campaign workspaces are created")
