@@ -332,13 +332,18 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                 gens[build.tag] = out
                 judge(gens)
 
-        if not together:
-            for build in parity_builds:
-                generate(build)
-            return
-        with ThreadPoolExecutor(max_workers=len(parity_builds), thread_name_prefix="parity") as pool:
-            for future in [pool.submit(generate, build) for build in parity_builds]:
-                future.result()
+        try:
+            if not together:
+                for build in parity_builds:
+                    generate(build)
+                return
+            with ThreadPoolExecutor(max_workers=len(parity_builds), thread_name_prefix="parity") as pool:
+                for future in [pool.submit(generate, build) for build in parity_builds]:
+                    future.result()
+        except BaseException:
+            for event in cancel.values():   # a parity server that cannot start fails the comparison: stop waiting
+                event.set()
+            raise
 
     results = {build.tag: GridResult(build=build, startup_s=0.0, evidence={}) for build in (a, *bs)}
 
