@@ -121,7 +121,7 @@ class ParityReport:
 
     def _held_summary(self) -> str:
         bad = self.mismatches
-        drift = f"; logprob drift {self.drift}" + (f" (tolerance {self.tolerance:.0e})" if self.tolerance else "") \
+        drift = f"; logprob drift {self.drift}" + (f" (tolerance {self.tolerance:.3g})" if self.tolerance else "") \
             if self.drift is not None else ""
         if not bad and not self.drift_ok:
             return (f"parity broken: {len(self.verdicts)}/{len(self.verdicts)} prompts have identical tokens, but "
