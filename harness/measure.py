@@ -152,20 +152,22 @@ def _all_thawed(servers: dict[str, Server]) -> Iterator[None]:
 
 
 def parity_server(backend: Backend, build: Build, *, server: ServerConfig, parity: ParityConfig, work_dir: Path,
-                  cache_dir: Path) -> contextlib.AbstractContextManager[Server]:
+                  cache_dir: Path, cancel: threading.Event | None = None) -> contextlib.AbstractContextManager[Server]:
     """A server of `build` on `parity.model` (a real checkpoint): its tree and engine args, with only
     the overrides that checkpoint needs. For specs whose speed model has dummy weights."""
     assert parity.model is not None
     return serve(backend, tree=build.tree, config=server.model_copy(update={"model": parity.model}),
                  engine_args={**build.engine_args, **parity.engine_args},
-                 log_path=work_dir / f"server-{build.tag}-parity.log", cache_dir=cache_dir)
+                 log_path=work_dir / f"server-{build.tag}-parity.log", cache_dir=cache_dir, cancel=cancel)
 
 
 def _generate_on_parity_model(backend: Backend, build: Build, *, server: ServerConfig, parity: ParityConfig,
                               work_dir: Path, cache_dir: Path, progress: Progress,
-                              concurrency: int) -> list[Generation]:
+                              concurrency: int, cancel: threading.Event | None = None) -> list[Generation]:
+    """`cancel`: a speed server started beside this one failed; stop waiting for this one's start-up."""
     progress(f"parity: starting a {build.tag} server on {parity.model}")
-    with parity_server(backend, build, server=server, parity=parity, work_dir=work_dir, cache_dir=cache_dir) as srv:
+    with parity_server(backend, build, server=server, parity=parity, work_dir=work_dir, cache_dir=cache_dir,
+                       cancel=cancel) as srv:
         progress(f"parity server {build.tag} ready in {srv.startup_s:.1f} s; generating")
         return held_generations(srv.base_url, srv.model_name, load_prompts(parity.prompts), parity,
                                 concurrency=concurrency)
@@ -183,12 +185,14 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
     on_parity_model = parity is not None and parity.model is not None
     together = on_parity_model and server.start_together and (server.port is None or parity_port is not None)
 
+    failed = threading.Event()   # the speed server did not start: the parity server beside it stops waiting
+
     def generate() -> list[Generation]:
         assert parity is not None
         config = server.model_copy(update={"port": parity_port}) if together else server
         return _generate_on_parity_model(backend, build, server=config, parity=parity, work_dir=work_dir,
                                          cache_dir=cache_dir_for(build, cache_dir / "parity"),
-                                         progress=progress, concurrency=bench.max_concurrency)
+                                         progress=progress, concurrency=bench.max_concurrency, cancel=failed)
 
     if on_parity_model and not together:
         generations = generate()
@@ -202,6 +206,9 @@ def measure_grid(backend: Backend, build: Build, *, server: ServerConfig, bench:
         try:
             srv = stack.enter_context(serve(backend, tree=build.tree, config=server, engine_args=build.engine_args,
                                             log_path=work_dir / f"server-{build.tag}.log", cache_dir=caches))
+        except BaseException:
+            failed.set()
+            raise
         finally:
             if parity_thread is not None:
                 generations = parity_thread.result()
@@ -297,7 +304,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
     cancel = {build.tag: threading.Event() for build in (a, *bs)}
     together = server.start_together
     on_parity_model = parity is not None and parity.model is not None
-    parity_builds = [build for build in ((*bs,) if reference else (a, *bs))]
+    parity_builds = list(bs) if reference else [a, *bs]
 
     def parity_config(port_key: str) -> ServerConfig:
         port = (ports or {}).get(port_key)
@@ -327,7 +334,8 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                 cache_dir_for(other, cache_dir / "parity") for other in parity_builds if other is not build
                 and other.cache_key == build.cache_key))
             out = _generate_on_parity_model(backend, build, server=config, parity=parity, work_dir=work_dir,
-                                            cache_dir=caches, progress=progress, concurrency=bench.max_concurrency)
+                                            cache_dir=caches, progress=progress, concurrency=bench.max_concurrency,
+                                            cancel=stop_parity)
             with lock:
                 gens[build.tag] = out
                 judge(gens)
@@ -346,6 +354,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
             raise
 
     results = {build.tag: GridResult(build=build, startup_s=0.0, evidence={}) for build in (a, *bs)}
+    stop_parity = threading.Event()   # a speed server failed to start: parity servers still starting stop waiting
 
     def dropped(build: Build) -> bool:
         return stop_on_parity_failure and build.tag in reports and not reports[build.tag].ok
@@ -397,7 +406,8 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                         continue
                     progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
         except BaseException:
-            for event in cancel.values():     # the parity servers are not waited for longer than needed
+            stop_parity.set()                 # the parity servers are not waited for longer than needed
+            for event in cancel.values():
                 event.set()
             raise
         finally:
