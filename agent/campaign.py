@@ -20,7 +20,7 @@ from agent.journal import read_journal
 from agent.loop import Campaign, Event
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, new_campaign_id, open_campaign
-from agent.server_gate import gate_server
+from agent.server_gate import gate_server, parity_server_alongside
 from agent.spec import CampaignSpec, SpecError
 from agent.target import served_environment, target_record, workspace_source
 from audit import AuditWriter, write_report
@@ -113,7 +113,7 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
     server = spec.server.model_copy(update={"port": port})
     # a parity server on the real checkpoint starts alongside the speed server: a port of its own, gated too
     parity_port = gate_server(gate, spec, ws.serving_config(), 0, exclude=(port,)) \
-        if spec.parity.model is not None and spec.server.start_together else None
+        if parity_server_alongside(spec) else None
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head(),
                   cache_key=ws.content_hash())
     grid = measure.grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
@@ -122,15 +122,16 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
     save_reference(log_dir / REFERENCE_FILE, grid.generations, prompts_path=spec.parity.prompts,
                    meta={"ref": build.ref, "engine_args": build.engine_args})
     rows = grid.table(spec.benchmark.cells())
+    grid_s = sum(run.wall_s for run in grid.runs)
     writer.append(records.BASELINE_RESULT, iteration=0, payload={
-        "cells": rows, "startup_s": grid.startup_s, "grid_s": round(sum(run.wall_s for run in grid.runs), 1),
+        "cells": rows, "startup_s": grid.startup_s, "grid_s": round(grid_s, 1),
         "evidence": grid.evidence, "ref": build.ref,
         "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
         "reference_sha256": file_sha256(log_dir / REFERENCE_FILE),
         # the weights the reference was recorded from (a GPU host may train its own parity checkpoint)
         "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model)})
     writer.checkpoint()
-    return grid.generations, rows, (grid.startup_s, sum(run.wall_s for run in grid.runs))
+    return grid.generations, rows, (grid.startup_s, grid_s)
 
 
 def checkpoint_digest(model: Path) -> dict[str, str]:
@@ -357,7 +358,7 @@ def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None
         port_a = gate_server(camp.gate, camp.spec, a.engine_args, it)
         port_b = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a,))
         ports = {"A": port_a, "B": port_b}
-        if camp.spec.parity.model is not None and camp.spec.server.start_together:   # B's parity server beside them
+        if parity_server_alongside(camp.spec):   # B's parity server beside them
             ports["B-parity"] = gate_server(camp.gate, camp.spec, b.engine_args, it, exclude=(port_a, port_b))
         bench = camp.spec.benchmark.model_copy(update={"repeats": camp.spec.benchmark.strong_repeats})
         result = camp.measure.ab(camp.backend, a, b, server=camp.spec.server, bench=bench,

@@ -42,7 +42,7 @@ from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, Worker
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
 from agent.measurements import HARNESS, Measurements
-from agent.server_gate import gate_servers
+from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
@@ -191,8 +191,9 @@ class Campaign:
             if done is not None:
                 return f"proposer {done.reason}"
 
-    # A round of several candidates measured on one H200 ran 1.17x the estimate from its baseline
-    # (experiments/results/h200-arms-campaign.md): the estimate is padded by this much before the first round.
+    # On an H200 a round of three (proposals and tree copies included) would have taken ~965 s, 1.22x its
+    # baseline's start-up plus four of its grids (175 + 4 x 154 s; experiments/results/h200-arms-campaign.md:
+    # it was cut short, so ~965 s is projected from 54 of its 64 runs). The first round's estimate is padded so.
     ROUND_MARGIN = 1.2
 
     def _round_seconds(self, candidates: int) -> float:
@@ -386,7 +387,7 @@ class Campaign:
         """The servers an A/B starts: A's and B's, and B's parity server on the real checkpoint when it starts
         beside them (the reference is the baseline's): each on a port of its own."""
         servers = [(a.tag, a.engine_args), (b.tag, b.engine_args)]
-        if self.spec.parity.model is not None and self.spec.server.start_together:
+        if parity_server_alongside(self.spec):
             servers.append((f"{b.tag}-parity", {**b.engine_args, **self.spec.parity.engine_args}))
         return servers
 

@@ -10,7 +10,7 @@ from agent.spec import CampaignSpec
 from harness.engine_args import engine_argv
 from harness.server import port_is_free, port_is_leased
 
-__all__ = ["gate_server", "gate_servers", "pick_port", "SERVER_PORTS"]
+__all__ = ["gate_server", "gate_servers", "parity_server_alongside", "pick_port", "SERVER_PORTS"]
 
 # The ports the default policy lets servers listen on; each start takes a free one.
 SERVER_PORTS = tuple(range(8000, 8016))
@@ -44,3 +44,9 @@ def gate_servers(gate: Gatekeeper, spec: CampaignSpec, builds: Iterable[tuple[st
     for tag, engine_args in builds:
         ports[tag] = gate_server(gate, spec, engine_args, iteration, exclude=(*taken, *ports.values()))
     return ports
+
+
+def parity_server_alongside(spec: CampaignSpec) -> bool:
+    """Whether a build's parity server (on `parity.model`) starts beside its speed server, and so needs a gated
+    port of its own (harness.measure: `ports["<tag>-parity"]`)."""
+    return spec.parity.model is not None and spec.server.start_together
