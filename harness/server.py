@@ -226,13 +226,35 @@ def serve(backend: Backend, *, tree: Path, config: ServerConfig, engine_args: di
     """A fresh server for `tree` (a directory holding `vllm/`); killed with its process group on exit. `cancel`,
     once set, ends a start-up still waiting for /health (StartCancelled): servers started together stop waiting
     when one of them has failed."""
-    port = config.port or free_port()
-    with port_lease(port):
-        _check_port(port)
-        with _serve(backend, tree=tree, config=config, engine_args=engine_args, log_path=log_path,
-                    cache_dir=cache_dir, python=python, extra_argv=extra_argv, limits=limits, port=port,
-                    cancel=cancel) as server:
-            yield server
+    with _held_port(config.port) as port, _serve(
+            backend, tree=tree, config=config, engine_args=engine_args, log_path=log_path, cache_dir=cache_dir,
+            python=python, extra_argv=extra_argv, limits=limits, port=port, cancel=cancel) as server:
+        yield server
+
+
+FREE_PORT_PICKS = 8
+
+
+@contextlib.contextmanager
+def _held_port(requested: int | None) -> Iterator[int]:
+    """The requested port, leased and checked free; without one, a free port, picked again when another process
+    took it between the pick and the check. CI saw that race once: four servers started together, each
+    picking its port at the same moment on a loaded two-core host, and one pick was refused as "in use"."""
+    picks = 1 if requested else FREE_PORT_PICKS
+    for pick in range(1, picks + 1):
+        port = requested or free_port()
+        lease = contextlib.ExitStack()
+        try:
+            lease.enter_context(port_lease(port))
+            _check_port(port)
+        except PortInUse:
+            lease.close()
+            if pick == picks:
+                raise
+            continue
+        with lease:
+            yield port
+        return
 
 
 @contextlib.contextmanager
