@@ -78,6 +78,7 @@ class BenchJob:
     tokenizer: Path
     tag: str               # which build ("A", "B", "baseline"...), for the record
     repeat: int
+    first_of_cell: bool = True   # this server's first run of this cell (BenchmarkConfig.warm_up)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ def _image_dataset_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path
             "--random-mm-bucket-config", f"{{({cell.image_size}, {cell.image_size}, 1): 1.0}}"]
 
 
+def warmups(job: BenchJob, config: BenchmarkConfig) -> int:
+    return config.num_warmups if config.warm_up == "every_run" or job.first_of_cell else 0
+
+
 def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename: str) -> list[str]:
     if job.cell.has_images:
         dataset = _image_dataset_argv(job, config, result_dir)
@@ -141,7 +146,7 @@ def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename:
     return [
         "--base-url", job.base_url, "--model", job.model_name,
         "--tokenizer", str(job.tokenizer), *dataset, "--num-prompts", str(config.prompts_for(job.cell)),
-        "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(config.num_warmups),
+        "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(warmups(job, config)),
         "--ignore-eos", "--seed", str(config.seed + job.repeat), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", filename,

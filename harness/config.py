@@ -112,6 +112,11 @@ class BenchmarkConfig(BaseModel):
         default=4, description="prefill-only runs are short: they send this many times num_prompts")
     max_concurrency: PositiveInt = 8
     num_warmups: int = Field(default=2, ge=0)
+    warm_up: Literal["every_run", "first_run_per_cell"] = Field(default="every_run", description=(
+        "when the warm-up requests are sent: before every run, or only before a server's first run of each cell "
+        "(its later runs of that cell find its shapes compiled and its caches warm). Every build of an A/B "
+        "follows the same rule, so each pair stays like for like; on a GPU, where warm-ups at the cell's full "
+        "output length cost a fifth of a decode run, first_run_per_cell buys more candidates per hour"))
     repeats: PositiveInt = Field(default=4, description=(
         "interleaved A/B pairs per cell; a campaign, compare or replay needs an even number, at least 4 "
         "(harness/stats.py)"))

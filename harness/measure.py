@@ -120,7 +120,7 @@ def _jobs(cells: list[Cell], servers: list[tuple[str, Server]], tokenizer: Path,
             shift = (rep + index) % len(servers)
             for tag, server in servers[shift:] + servers[:shift]:
                 jobs.append(BenchJob(cell=cell, base_url=server.base_url, model_name=server.model_name,
-                                     tokenizer=tokenizer, tag=tag, repeat=rep))
+                                     tokenizer=tokenizer, tag=tag, repeat=rep, first_of_cell=rep == 0))
     return jobs
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import Cell
+from harness.bench import job_argv
+from harness.config import BenchmarkConfig, Cell
 from harness.errors import ServerCrashed, StartCancelled
 from harness.measure import _jobs
 from harness.server import Server, ServerStart, start_together
@@ -90,3 +91,21 @@ def test_the_interleaving_rotates_so_no_build_always_runs_first() -> None:
     # two builds: AB, BA, AB, BA, as before there were more
     two = _jobs([Cell(input_len=64, output_len=8)], servers[:2], Path("tok"), repeats=4)
     assert [j.tag for j in two] == ["A", "B1", "B1", "A", "A", "B1", "B1", "A"]
+
+
+@pytest.mark.parametrize("warm_up", ["every_run", "first_run_per_cell"])
+def test_warm_ups_go_before_each_servers_first_run_of_a_cell_or_before_every_run(warm_up: str) -> None:
+    servers = [(t, Server(base_url=t, model_name=t, startup_s=0, evidence={}, log_path=Path(t),
+                          running=None)) for t in ("A", "B")]  # type: ignore[arg-type]
+    cells = [Cell(input_len=64, output_len=8), Cell(input_len=128, output_len=8)]
+    config = BenchmarkConfig(input_lens=[64, 128], output_lens=[8], num_warmups=3, warm_up=warm_up)
+    jobs = _jobs(cells, servers, Path("tok"), repeats=3)
+    sent = {}
+    for job in jobs:
+        argv = job_argv(job, config, Path("out"), "x.json")
+        sent.setdefault((job.tag, job.cell.input_len), []).append(int(argv[argv.index("--num-warmups") + 1]))
+    assert len(sent) == 4
+    if warm_up == "every_run":
+        assert all(counts == [3, 3, 3] for counts in sent.values())
+    else:   # each (server, cell): warmed once, on its first run; the same for every build
+        assert all(counts == [3, 0, 0] for counts in sent.values())
