@@ -201,7 +201,33 @@ def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
             f"{job.tag} {job.cell.label}: {result.failed} of {num_prompts} requests failed "
             f"({result.completed} completed); read the server log"
         )
+    # The client counts throughput with the token counts the server under test reports (its usage block): code
+    # a candidate ships could inflate them. Output lengths are fixed by the request (EOS ignored), so exact.
+    expected = num_prompts * job.cell.output_len
+    if result.total_output_tokens != expected:
+        raise BenchmarkFailed(
+            f"{job.tag} {job.cell.label}: the server reported {result.total_output_tokens} output tokens for "
+            f"{num_prompts} requests of exactly {job.cell.output_len} (EOS ignored), not {expected}: throughput "
+            "counted from wrong token counts is not measured")
     return result
+
+
+def mismatched_inputs(runs: Sequence[CellRun], reference: str) -> dict[str, BenchmarkFailed]:
+    """Builds whose server reported other prompt-token totals than the `reference` build's for the same cell and
+    repeat. Every build of a comparison is sent the same prompts and serves the same tokenizer, so the totals
+    must agree; the server's count is what prefill and total throughput divide (a tokenizer's special tokens
+    and a random prompt's re-encoding make the absolute count uncheckable, the agreement is not)."""
+    sent = {(run.job.cell, run.job.repeat): run.result.total_input_tokens for run in runs if run.job.tag == reference}
+    failed: dict[str, BenchmarkFailed] = {}
+    for run in runs:
+        want = sent.get((run.job.cell, run.job.repeat))
+        if run.job.tag in failed or want is None or run.result.total_input_tokens == want:
+            continue
+        failed[run.job.tag] = BenchmarkFailed(
+            f"{run.job.tag} {run.job.cell.label} repeat {run.job.repeat}: the server reported "
+            f"{run.result.total_input_tokens} prompt tokens for the prompts {reference}'s server counted as {want}: "
+            "throughput counted from wrong token counts is not measured")
+    return failed
 
 
 def _kill_group(pid: int) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bench import BenchJob, CellRun, run_jobs
+from harness.bench import BenchJob, CellRun, mismatched_inputs, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
 from harness.datasets import copy_task_answer
 from harness.errors import HarnessError
@@ -385,7 +385,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
             pool = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="parity-phase"))
             parity_thread = pool.submit(parity_phase, True)
         servers: dict[str, Server] = {}
-        start_errors: dict[str, HarnessError] = {}
+        errors: dict[str, HarnessError] = {}
         try:
             if together:
                 progress("starting " + ", ".join(f"{build.tag}" for build in alive) + " together"
@@ -393,7 +393,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                 servers, failed = start_together(stack, {build.tag: start(build) for build in alive},
                                                  cancel=cancel, progress=progress,
                                                  tolerate=frozenset(b.tag for b in bs) if len(bs) > 1 else frozenset())
-                start_errors.update(failed)
+                errors.update(failed)
             else:
                 for build in alive:
                     progress(f"starting server for {build.tag}")
@@ -402,7 +402,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                     except HarnessError as exc:
                         if build is a or len(bs) == 1:
                             raise
-                        start_errors[build.tag] = exc
+                        errors[build.tag] = exc
                         continue
                     progress(f"server {build.tag} ready in {servers[build.tag].startup_s:.1f} s")
         except BaseException:
@@ -438,10 +438,14 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
             check_unchanged(expected, roots, when="while the builds were served and measured")
             for run in runs:
                 results[run.job.tag].runs.append(run)
+            miscounted = mismatched_inputs(runs, reference=a.tag)
+            for tag, exc in miscounted.items():   # that candidate's result is its error; the others stand
+                errors[tag] = exc
+                progress(f"{tag}: {exc}")
             if parity is not None and {**server.engine_args, **a.engine_args}.get("load_format") != "dummy":
                 # Dummy speed weights make every logprob equal: their outputs are ties by construction.
                 for build in bs:
-                    if build.tag not in measured or build.tag not in reports:
+                    if build.tag not in measured or build.tag not in reports or build.tag in miscounted:
                         continue
                     workload = compare_workload(
                         results[a.tag].runs, results[build.tag].runs, tokenizer=server.model,
@@ -451,7 +455,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                     reports[build.tag] = dataclasses.replace(reports[build.tag], workload=workload)
                     progress(f"{build.tag}: {workload.summary()}" if len(bs) > 1 else workload.summary())
     return [_arm_result(results[a.tag], results[b.tag], reports.get(b.tag), cells, stats_cfg,
-                        error=start_errors.get(b.tag)) for b in bs]
+                        error=errors.get(b.tag)) for b in bs]
 
 
 def _arm_result(ga: GridResult, gb: GridResult, report: ParityReport | None, cells: list[Cell],

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchJob, parse_result
+from harness.bench import BenchJob, BenchResult, CellRun, mismatched_inputs, parse_result
 from harness.config import Cell
 from harness.errors import BenchmarkFailed, MalformedBenchResult
 
@@ -49,3 +49,29 @@ def test_failed_requests_fail_the_run(tmp_path: Path) -> None:
     path.write_text(json.dumps({**GOOD, "completed": 3, "failed": 1}))
     with pytest.raises(BenchmarkFailed, match="1 of 4 requests failed"):
         parse_result(path, JOB, num_prompts=4)
+
+
+def test_output_tokens_the_request_did_not_ask_for_fail_the_run(tmp_path: Path) -> None:
+    """The client counts throughput with the server's own usage counts; with EOS ignored each request returns
+    exactly its output length, so a server (or a candidate's code inside it) that reports more, or fewer, fails."""
+    for reported in (17, 32, 15):
+        path = tmp_path / "r.json"
+        path.write_text(json.dumps({**GOOD, "total_output_tokens": reported}))
+        with pytest.raises(BenchmarkFailed, match=f"reported {reported} output tokens for 4 requests of exactly 4"):
+            parse_result(path, JOB, num_prompts=4)
+
+
+def _run(tag: str, repeat: int, input_tokens: int, cell: Cell = JOB.cell) -> CellRun:
+    job = BenchJob(cell=cell, base_url="http://x", model_name="m", tokenizer=Path("."), tag=tag, repeat=repeat)
+    return CellRun(job=job, result=BenchResult.model_validate({**GOOD, "total_input_tokens": input_tokens}), wall_s=2.0)
+
+
+def test_a_build_whose_server_counts_other_prompt_tokens_than_the_reference_is_named() -> None:
+    other = Cell(input_len=16, output_len=4)
+    runs = [_run("A", 0, 32), _run("B1", 0, 32), _run("B2", 0, 32),
+            _run("A", 1, 33), _run("B1", 1, 33), _run("B2", 1, 66),          # B2 doubles its prompt count
+            _run("A", 0, 64, other), _run("B1", 0, 64, other), _run("B2", 0, 64, other)]
+    failed = mismatched_inputs(runs, reference="A")
+    assert list(failed) == ["B2"]
+    assert "66 prompt tokens for the prompts A's server counted as 33" in str(failed["B2"])
+    assert mismatched_inputs([r for r in runs if r.job.tag != "B2"], reference="A") == {}
