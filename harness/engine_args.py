@@ -35,6 +35,7 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "long_prefill_token_threshold": (int,),
     "max_num_partial_prefills": (int,),
     "scheduling_policy": (str,),
+    "stream_interval": (int,),           # tokens per streamed chunk: less API-server work per token, same tokens
     "load_format": (str,),               # only "auto" or "dummy"; see check_engine_args
 }
 

@@ -42,6 +42,7 @@ RESOLVED_KEYS: dict[str, tuple[str, str]] = {
     "async_scheduling": ("scheduler_config", "async_scheduling"),
     "long_prefill_token_threshold": ("scheduler_config", "long_prefill_token_threshold"),
     "scheduling_policy": ("scheduler_config", "policy"),
+    "stream_interval": ("scheduler_config", "stream_interval"),
     "block_size": ("cache_config", "block_size"),
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
     "gpu_memory_utilization": ("cache_config", "gpu_memory_utilization"),
