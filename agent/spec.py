@@ -59,8 +59,9 @@ class SearchConfig(BaseModel):
     """The `search` proposer: engine-arg points of the serving config, expressed as patches."""
 
     model_config = _STRICT
-    strategy: Literal["random", "grid"] = Field(
-        default="random", description="random: unseen points near the incumbent first; grid: the space in order")
+    strategy: Literal["random", "ordered", "grid"] = Field(
+        default="random", description="random: unseen points near the incumbent first; ordered: the same moves in "
+        "the order the space is written (the author's priority); grid: the space in order")
     space: dict[str, list[bool | int | float | str]] = Field(
         default_factory=dict, description="engine arg -> candidate values (keys from the harness allowlist)")
     seed: int = 0

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from harness.errors import EngineArgRejected
 
-__all__ = ["CUDAGRAPH_MODES", "ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args",
+__all__ = ["API_SERVER_COUNT_MAX", "CUDAGRAPH_MODES", "ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args",
            "check_env", "spec_owned_changes"]
 
 # key -> accepted python type(s). Booleans become --flag / --no-flag.
@@ -36,8 +36,13 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "max_num_partial_prefills": (int,),
     "scheduling_policy": (str,),
     "stream_interval": (int,),           # tokens per streamed chunk: less API-server work per token, same tokens
+    "api_server_count": (int,),          # API-server processes in front of one engine (1..API_SERVER_COUNT_MAX)
     "load_format": (str,),               # only "auto" or "dummy"; see check_engine_args
 }
+
+# More API-server processes split the per-token streaming work of many concurrent requests; a bound keeps a
+# candidate from starting a process storm on the host.
+API_SERVER_COUNT_MAX = 8
 
 # vLLM's CUDAGraphMode names. cudagraph_mode is a key of its own (not hidden in a compilation_config string) so that
 # vLLM's resolved mode can be compared with it; it reaches vLLM inside --compilation-config.
@@ -82,6 +87,8 @@ def check_engine_args(args: Mapping[str, object]) -> dict[str, object]:
         if key == "cudagraph_mode" and value not in CUDAGRAPH_MODES:
             raise EngineArgRejected(f"engine arg cudagraph_mode={value!r}: expected one of "
                                     f"{', '.join(CUDAGRAPH_MODES)}")
+        if key == "api_server_count" and not 1 <= value <= API_SERVER_COUNT_MAX:
+            raise EngineArgRejected(f"engine arg api_server_count={value}: expected 1..{API_SERVER_COUNT_MAX}")
         if isinstance(value, str) and (value.startswith("-") or "\n" in value):
             raise EngineArgRejected(f"engine arg {key}={value!r} looks like a flag or spans lines")
         clean[key] = value

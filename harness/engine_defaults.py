@@ -43,6 +43,8 @@ RESOLVED_KEYS: dict[str, tuple[str, str]] = {
     "long_prefill_token_threshold": ("scheduler_config", "long_prefill_token_threshold"),
     "scheduling_policy": ("scheduler_config", "policy"),
     "stream_interval": ("scheduler_config", "stream_interval"),
+    # not in VllmConfig: the CLI's own argument, which vLLM's `serve` defaults to the data-parallel size
+    "api_server_count": ("cli", "api_server_count"),
     "block_size": ("cache_config", "block_size"),
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
     "gpu_memory_utilization": ("cache_config", "gpu_memory_utilization"),
@@ -66,7 +68,10 @@ args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[2:])
 config = AsyncEngineArgs.from_cli_args(args).create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 out = {{}}
 for key, (section, name) in keys.items():
-    value = getattr(getattr(config, section, None), name, None)
+    if section == "cli":
+        value = getattr(args, name, None) or config.parallel_config.data_parallel_size
+    else:
+        value = getattr(getattr(config, section, None), name, None)
     if isinstance(value, enum.Enum):   # a str-valued enum by value; CUDAGraphMode (tuple values) by name
         value = value.value if isinstance(value.value, str) else value.name
     if value is not None and not isinstance(value, (bool, int, float, str)):

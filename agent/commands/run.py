@@ -1,4 +1,4 @@
-"""`ratchet run SPEC [--proposer search|llm] [--max-iterations N] [--search-strategy random|grid]`: a campaign.
+"""`ratchet run SPEC [--proposer search|llm] [--max-iterations N] [--search-strategy random|ordered|grid]`: a campaign.
 
 Exit codes: 0 the campaign ran to a budget or the proposer's end, and whatever it accepted its final
 best-vs-stock comparison bears out (lower bound above 1.0, parity); 2 bad input; 3 the baseline could not
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--max-iterations", type=int, help="override budget.max_iterations")
     p.add_argument("--wall-seconds", type=float,
                    help="override budget.wall_seconds (e.g. what a fixed budget of GPU time has left)")
-    p.add_argument("--search-strategy", choices=("random", "grid"), help="override proposer.search.strategy")
+    p.add_argument("--search-strategy", choices=("random", "ordered", "grid"), help="override proposer.search.strategy")
     p.add_argument("--executor", choices=("local", "ray"), help="override executor.kind")
     p.add_argument("--slots", type=int, help="override executor.slots (candidates per round: screened "
                    "together on this host with local, in flight at once with ray)")

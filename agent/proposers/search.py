@@ -3,7 +3,9 @@ workspace's serving.yaml, so they pass the same gate, verification and audit as 
 
 Stateless: what was tried is read from the history (`HistoryEntry.source`), so a resumed campaign
 continues the same search. `random`: one-coordinate moves from the incumbent first (in a seeded random
-order), then the rest of the space; `grid`: the whole space in its natural order.
+order), then the rest of the space; `ordered`: the same, in the order the spec writes its keys and values (where
+a round of a few candidates on a GPU should try the author's likeliest moves first); `grid`: the whole space in
+its natural order.
 
 No no-ops: a point whose every change only sets a value already in force (`state.effective_serving_config`,
 vLLM's resolution of the incumbent's engine args, falling back to `state.serving_config`) is skipped, e.g.
@@ -49,6 +51,8 @@ _RATIONALE: dict[str, tuple[str, float]] = {
     "stream_interval": ("tokens sent per streamed chunk: the API server detokenises and sends once per N tokens "
                         "instead of every token, which many concurrent streams of a small model can be bound by",
                         1.03),
+    "api_server_count": ("API-server processes in front of one engine: the per-token work of many concurrent "
+                         "streams (detokenising, JSON, HTTP) spread over several cores instead of one", 1.05),
 }
 
 
@@ -71,12 +75,14 @@ class SearchProposer:
 
     def _points(self, incumbent: Mapping[str, object], rng: random.Random) -> Iterator[dict[str, object]]:
         space = self.config.space
-        if self.config.strategy == "random":
+        one_at_a_time = self.config.strategy in ("random", "ordered")
+        if one_at_a_time:
             moves = [{k: v} for k, values in space.items() for v in values if incumbent.get(k) != v]
-            rng.shuffle(moves)
+            if self.config.strategy == "random":
+                rng.shuffle(moves)
             for move in moves:
                 yield {**incumbent, **move}
-        keys = sorted(space)
+        keys = sorted(space) if self.config.strategy != "ordered" else list(space)
         rest = [dict(zip(keys, values, strict=True)) for values in itertools.product(*(space[k] for k in keys))]
         if self.config.strategy == "random":
             rng.shuffle(rest)

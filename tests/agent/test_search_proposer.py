@@ -71,6 +71,20 @@ def test_grid_strategy_walks_the_space_in_order() -> None:
     assert points == [{"a": 1, "b": False}, {"a": 1, "b": True}, {"a": 2, "b": False}, {"a": 2, "b": True}]
 
 
+def test_ordered_strategy_tries_one_knob_moves_in_the_order_the_spec_writes_them() -> None:
+    # keys deliberately not in alphabetical order: the author's priority is the written order
+    space = {"stream_interval": [8], "api_server_count": [4, 2], "async_scheduling": [True]}
+    proposer = SearchProposer(SearchConfig(strategy="ordered", space=space, seed=3))
+    incumbent = {"async_scheduling": True}
+    points = list(proposer._points(incumbent, random.Random(0)))
+    moves = [{k: v for k, v in p.items() if incumbent.get(k) != v} for p in points[:3]]
+    assert moves == [{"stream_interval": 8}, {"api_server_count": 4}, {"api_server_count": 2}]
+    # the rest follows in the written key order, whatever the seed
+    again = list(SearchProposer(SearchConfig(strategy="ordered", space=space, seed=99))._points(
+        incumbent, random.Random(5)))
+    assert again == points
+
+
 def test_serving_diff_is_git_style() -> None:
     diff = serving_diff("a: 1\n", "a: 2\n")
     assert diff.startswith("diff --git a/serving.yaml b/serving.yaml\n--- a/serving.yaml\n+++ b/serving.yaml\n")

@@ -26,6 +26,8 @@ def test_fixed_args_cannot_be_set_by_a_candidate(key: str) -> None:
     {"load_format": "runai_streamer"},
     {"cudagraph_mode": "full"},                  # vLLM's names only, as spelled
     {"cudagraph_mode": "FULL", "compilation_config": '{"mode": 3}'},   # the string would overwrite it
+    {"api_server_count": 0},
+    {"api_server_count": 64},                    # a process storm on the host, not a serving config
 ])
 def test_bad_engine_args_are_rejected(args: dict[str, object]) -> None:
     with pytest.raises(EngineArgRejected):
@@ -42,3 +44,7 @@ def test_cuda_graph_knobs_are_keys_of_their_own_and_reach_vllm_as_its_cli_takes_
     argv = engine_argv({"cudagraph_mode": "FULL_DECODE_ONLY", "max_cudagraph_capture_size": 256})
     assert argv == ["--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY"}',
                     "--max-cudagraph-capture-size", "256"]
+
+
+def test_api_server_count_reaches_vllm_as_its_cli_flag() -> None:
+    assert engine_argv({"api_server_count": 4}) == ["--api-server-count", "4"]

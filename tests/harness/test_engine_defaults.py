@@ -36,6 +36,7 @@ def test_the_embedded_checkpoint_resolves_chunked_prefill_and_max_num_seqs() -> 
     assert isinstance(effective["max_num_seqs"], int) and effective["max_num_seqs"] > 0
     assert isinstance(effective["max_num_batched_tokens"], int)
     assert effective["stream_interval"] == 1                    # each token streamed: proposing 1 is a no-op
+    assert effective["api_server_count"] == 1                   # one API server in front of one engine
     assert {k: effective[k] for k in SPEC_ARGS} == SPEC_ARGS   # explicit keys are their own effective value
     assert set(effective) <= set(ENGINE_ARG_TYPES)
 
