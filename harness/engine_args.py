@@ -9,7 +9,8 @@ from collections.abc import Mapping
 
 from harness.errors import EngineArgRejected
 
-__all__ = ["API_SERVER_COUNT_MAX", "CUDAGRAPH_MODES", "ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args",
+__all__ = ["API_SERVER_COUNT_MAX", "CUDAGRAPH_MODES",
+           "ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args",
            "check_env", "spec_owned_changes"]
 
 # key -> accepted python type(s). Booleans become --flag / --no-flag.
