@@ -271,9 +271,11 @@ class Campaign:
                 self.on_event("phase", {"phase": f"verify: parity, then interleaved A/B{parallel}"})
                 for o in self._evaluate(jobs):
                     evals[o.iteration] = o
-                    # a comparison of several candidates took its whole time, each is charged its share
-                    whole = o.placement.get("comparison_seconds") or o.placement.get("seconds") or 0.0
-                    self._eval_seconds = max(self._eval_seconds, float(whole))
+                    # a comparison of several candidates took its whole time for all of its builds
+                    together = o.placement.get("comparison_seconds")
+                    whole = float(together or o.placement.get("seconds") or 0.0)
+                    self._eval_seconds = max(self._eval_seconds,
+                                             self._ab_seconds(whole, builds=len(jobs) + 1 if together else 2))
             outcomes = self._settle(items, evals)    # the trees are still there for a confirmation
         finally:
             self._cleanup(items)
@@ -488,11 +490,21 @@ class Campaign:
                                              measure=self.measure) or self.profile
         return outcomes
 
+    def _ab_seconds(self, whole: float, *, builds: int) -> float:
+        """What an A/B of two builds at the screen's repeats takes, from an evaluation of `builds` builds that took
+        `whole` seconds: one start-up (the servers start together) and each build's share of the benchmark."""
+        start = self.round_basis[0]
+        return start + max(whole - start, 0.0) * 2 / builds
+
     @property
     def _strong_seconds(self) -> float:
-        """What a confirmation (or the final comparison) takes: an evaluation at the strong repeats."""
+        """What a confirmation (or the final comparison) takes: an A/B of two builds at the strong repeats. Only the
+        benchmark scales with the repeats; the start-up is paid once. (Scaling a round of three candidates' whole
+        time by the repeats, as this did before, put a confirmation and the final comparison on an H200 at
+        ~2,316 s when they needed ~1,430.)"""
         bench = self.spec.benchmark
-        return self._eval_seconds * bench.strong_repeats / bench.repeats
+        start = min(self.round_basis[0], self._eval_seconds)
+        return start + (self._eval_seconds - start) * bench.strong_repeats / bench.repeats
 
     def _confirm(self, job: EvalJob, screen: EvalOutcome) -> Confirmation:
         """The candidate that passed the screen, measured again in a fresh, independent A/B: new servers,

@@ -375,3 +375,21 @@ def test_an_accepted_patch_has_the_new_incumbent_profiled_and_the_next_proposal_
     body = payload_of(tmp_path / "log", next(r for r in records if r["kind"] == "incumbent.profile"))
     assert "op-at-4" in str(body["text"]) and body["incumbent"] == camp.incumbent_ref
     assert camp.profile is not None and "op-at-4" in camp.profile
+
+
+def test_a_confirmation_is_estimated_as_an_ab_of_two_builds_with_one_start_up(
+        campaign: Callable[[FakeExecutor], Campaign]) -> None:
+    # The H200 round of 2026-12-03: servers ready after ~178 s, A and two candidates measured in 579 s at 4 pairs.
+    # A confirmation (and the final comparison) is A and one candidate at 8 pairs: one start-up, and two builds'
+    # share of the benchmark doubled, ~713 s; the whole round scaled by the repeats would have said ~1,158 s.
+    camp = campaign(FakeExecutor({}))
+    bench = camp.spec.benchmark.model_copy(update={"repeats": 4, "confirm_repeats": 8})
+    camp.spec = camp.spec.model_copy(update={"benchmark": bench})
+    camp.round_basis = (178.0, 150.0)
+    camp._eval_seconds = camp._ab_seconds(579.0, builds=3)
+    assert camp._eval_seconds == pytest.approx(178 + 401 * 2 / 3)
+    assert camp._strong_seconds == pytest.approx(178 + 401 * 2 / 3 * 2)
+    # with no start-up known (a resumed log without one), the whole evaluation scales, as it did before
+    camp.round_basis = (0.0, 0.0)
+    camp._eval_seconds = camp._ab_seconds(600.0, builds=2)
+    assert camp._strong_seconds == pytest.approx(1200.0)
