@@ -160,3 +160,32 @@ def test_the_h200_round_of_three_figures_come_from_its_verified_log(tmp_path: Pa
     assert f"**{cell['ratio']:.3f}× [{cell['low']:.3f}, {cell['high']:.3f}]**" in text
     overall = saved["candidates"]["B3"]["overall"]
     assert f"{overall['ratio']:.3f}× [{overall['low']:.3f}, {overall['high']:.3f}]" in text
+
+
+def test_the_h200_stream_interval_round_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """experiments/results/h200-stream-interval-round.md: the log verifies, its two verdicts are the ones the
+    page states, and the cost and per-cell figures are what the two scripts compute from it."""
+    from comparison_runs import summarise as comparison
+
+    from audit import verify
+
+    with tarfile.open(RESULTS / "h200-stream-interval-round-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("gemma4-e2b-gpu-campaign-*")
+    checked = verify(log_dir)
+    assert checked.ok and checked.records == 32, checked
+    timing = summarise(log_dir)
+    committed = json.loads((RESULTS / "h200-stream-interval-round-time.json").read_text())
+    assert {k: v for k, v in timing.items() if k != "log_dir"} == {k: v for k, v in committed.items() if k != "log_dir"}
+    assert timing["outcomes"] == ["rejected", "rejected"] and timing["candidates_per_hour_in_loop"] == 11.42
+    results = [json.loads(line)["payload"] for line in (log_dir / "log.jsonl").read_text().splitlines()
+               if json.loads(line)["kind"] == "iteration.result"]
+    assert "not confirmed" in results[0]["reason"] and "1.052x [1.028, 1.076]" in results[0]["reason"]
+    assert results[1]["reason"].startswith("speedup 0.990x [0.930, 1.054]")
+    round1 = comparison(log_dir / "runs" / "it001")
+    saved = json.loads((RESULTS / "h200-stream-interval-round1.json").read_text())
+    assert round1["candidates"] == saved["candidates"] and (round1["runs"], round1["planned_runs"]) == (48, 48)
+    text = (RESULTS / "h200-stream-interval-round.md").read_text()
+    for build in ("B1", "B2"):
+        for cell in saved["candidates"][build]["cells"].values():
+            assert f"{cell['ratio']:.3f}× [{cell['low']:.3f}, {cell['high']:.3f}]" in text
