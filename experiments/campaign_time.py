@@ -9,6 +9,10 @@ file's last write (the server's shutdown messages); windows of A/B servers overl
 Start-up ends at vLLM's "Starting vLLM server on" line (one-second resolution). For logs copied from
 another machine (a GPU host) the file times are those of the copy: the windows then run from the first
 to the last timestamped vLLM line, which leaves out the seconds of Python imports before the first line.
+
+Where the harness left per-run timings (harness.bench.TIMINGS_FILE, since 2026-12-03), `runs` splits a
+benchmark run's time: the other servers' freeze, the client from go to done (its set-up, warm-ups and the
+measured duration), and the harness's checks of the result.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from audit.reader import payload_of, read_records
+from harness.bench import TIMINGS_FILE
 
 _READY = re.compile(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*Starting vLLM server on")
 
@@ -70,6 +75,26 @@ def _merge(windows: list[tuple[float, float]]) -> float:
     return total
 
 
+def run_costs(log_dir: Path) -> dict[str, object]:
+    """Means over every benchmark run of the campaign; empty when the harness left no timings."""
+    lines = [json.loads(line) for path in sorted((log_dir / "runs").rglob(TIMINGS_FILE))
+             for line in path.read_text().splitlines() if line.strip()]
+    if not lines:
+        return {}
+
+    def mean(values: list[float]) -> float:
+        return round(sum(values) / len(values), 3)
+
+    return {"runs": {
+        "count": len(lines),
+        "mean_freeze_s": mean([t["freeze_s"] for t in lines]),
+        "mean_client_s": mean([t["client_s"] for t in lines]),
+        "mean_measured_s": mean([t["measured_s"] for t in lines]),
+        "mean_client_setup_s": mean([t["client_s"] - t["measured_s"] for t in lines]),   # set-up and warm-ups
+        "mean_checks_s": mean([t["checks_s"] for t in lines]),
+    }}
+
+
 def summarise(log_dir: Path) -> dict[str, object]:
     records = read_records(log_dir)
     ts = [record_time(r).timestamp() for r in records]
@@ -105,6 +130,7 @@ def summarise(log_dir: Path) -> dict[str, object]:
         "server_windows": len(windows), "vllm_alive_s": round(in_vllm, 1),
         "outside_vllm_s": round(wall - in_vllm, 1), "outside_vllm_share": round((wall - in_vllm) / wall, 4),
         "vllm_startup_s": round(startup, 1), "vllm_startup_share": round(startup / wall, 4),
+        **run_costs(log_dir),
     }
 
 

@@ -30,7 +30,7 @@ from harness.config import BenchmarkConfig, Cell
 from harness.datasets import write_copy_task, write_read_task
 from harness.errors import BenchmarkFailed, MalformedBenchResult
 
-__all__ = ["BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
+__all__ = ["TIMINGS_FILE", "BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
 
 
 class BenchResult(BaseModel):
@@ -174,6 +174,7 @@ def _write_datasets(jobs: Sequence[BenchJob], config: BenchmarkConfig, work_dir:
 # The client's own duration must fit inside the harness's clock from "go" to "done" (plus scheduling slack),
 # and may not be implausibly shorter: the client's start-up happens before "go", so what remains is the run.
 DURATION_SLACK_S = 2.0
+TIMINGS_FILE = "timings.jsonl"
 
 
 def check_duration(run: CellRun) -> None:
@@ -252,7 +253,11 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
     log_path = work_dir / "client.log"
     timeout = config.run_timeout_s * len(jobs) + 60
     runs: list[CellRun] = []
-    with open(log_path, "ab") as log:
+    # Where a run's time goes besides the measurement (the other servers' freeze, the client's set-up and
+    # warm-ups, reading its result): one line per job, for the campaign's cost table (experiments/campaign_time.py).
+    timings = work_dir / TIMINGS_FILE
+    ready = go = time.monotonic()
+    with open(log_path, "ab") as log, open(timings, "a") as timing_log:
         proc = subprocess.Popen([python, "-I", "-m", "harness.bench_driver", f.name], stdout=subprocess.PIPE,
                                 stdin=subprocess.PIPE, stderr=log, start_new_session=True)
         # The client can hang without printing: a watchdog kills its process group at the deadline.
@@ -267,13 +272,16 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                 log.write(raw_line)
                 if line.startswith("RATCHET_JOB_READY"):
                     index = int(line.split()[1])
+                    ready = time.monotonic()
                     if before_job:
                         before_job(jobs[index])
+                    go = time.monotonic()
                     proc.stdin.write(f"go {index}\n".encode())
                     proc.stdin.flush()
                 elif line.startswith("RATCHET_JOB_START"):
                     started = time.monotonic()
                 elif line.startswith("RATCHET_JOB_DONE"):
+                    done = time.monotonic()
                     index = int(line.split()[1])
                     job = jobs[index]
                     if check_alive:
@@ -283,6 +291,12 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
                                   prompts=written[0], answers=written[1])
                     check_duration(run)
+                    timing_log.write(json.dumps({
+                        "job": files[index], "tag": job.tag, "cell": job.cell.label, "repeat": job.repeat,
+                        "freeze_s": round(go - ready, 3), "client_s": round(done - started, 3),
+                        "measured_s": round(float(result.duration), 3),
+                        "checks_s": round(time.monotonic() - done, 3)}) + "\n")
+                    timing_log.flush()
                     runs.append(run)
                     if on_done:
                         on_done(run)

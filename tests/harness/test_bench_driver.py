@@ -1,0 +1,93 @@
+"""The client driver's protocol and bookkeeping, without vLLM: a stand-in client speaks the driver's lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+from harness.bench import TIMINGS_FILE, BenchJob, run_jobs
+from harness.bench_driver import reuse_tokenizers
+from harness.config import BenchmarkConfig, Cell
+
+
+def test_each_tokenizer_is_loaded_once_per_client_process() -> None:
+    loads: list[tuple[object, dict[str, object]]] = []
+    serve = ModuleType("serve")
+    serve.get_tokenizer = lambda name, **kw: loads.append((name, kw)) or object()  # type: ignore[attr-defined]
+    reuse_tokenizers(serve)
+    first = serve.get_tokenizer("/m/e2b", tokenizer_mode="auto", trust_remote_code=False)
+    again = serve.get_tokenizer("/m/e2b", tokenizer_mode="auto", trust_remote_code=False)
+    other_mode = serve.get_tokenizer("/m/e2b", tokenizer_mode="slow", trust_remote_code=False)
+    other_model = serve.get_tokenizer("/m/tiny", tokenizer_mode="auto", trust_remote_code=False)
+    assert first is again and other_mode is not first and other_model is not first
+    assert [name for name, _ in loads] == ["/m/e2b", "/m/e2b", "/m/tiny"]    # one load per (name, options)
+
+
+# Reads the job list as the real driver does, and per job: READY, waits for "go i", START, sleeps, writes a result
+# the harness accepts, DONE.
+STAND_IN = textwrap.dedent("""
+    import json, sys, time
+    jobs = json.load(open(sys.argv[-1]))
+    for i, argv in enumerate(jobs):
+        opt = {argv[k]: argv[k + 1] for k in range(len(argv) - 1) if argv[k].startswith("--")}
+        print(f"RATCHET_JOB_READY {i}", flush=True)
+        assert sys.stdin.readline().strip() == f"go {i}"
+        print(f"RATCHET_JOB_START {i}", flush=True)
+        time.sleep(0.3)
+        n, out = int(opt["--num-prompts"]), int(opt.get("--random-output-len") or opt["--custom-output-len"])
+        result = {"duration": 0.25, "completed": n, "total_input_tokens": 32 * n, "total_output_tokens": n * out}
+        result |= {k: 1.0 for k in ("request_throughput", "output_throughput", "total_token_throughput",
+                   "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
+                   "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")}
+        with open(opt["--result-dir"] + "/" + opt["--result-filename"], "w") as f:
+            json.dump(result, f)
+        print(f"RATCHET_JOB_DONE {i}", flush=True)
+""")
+
+
+def test_a_job_list_leaves_one_timing_line_per_run_splitting_freeze_client_and_checks(tmp_path: Path) -> None:
+    script = tmp_path / "client.py"
+    script.write_text(STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    config = BenchmarkConfig(input_lens=[32], output_lens=[4], num_prompts=4, max_concurrency=4, repeats=4)
+    cell = Cell(input_len=32, output_len=4)
+    jobs = [BenchJob(cell=cell, base_url="http://127.0.0.1:1", model_name="m", tokenizer=tmp_path, tag=tag,
+                     repeat=r) for r in range(2) for tag in ("A", "B")]
+    frozen: list[str] = []
+
+    def freeze(job: BenchJob) -> None:
+        frozen.append(job.tag)
+        __import__("time").sleep(0.1)
+
+    runs = run_jobs(jobs, config, work_dir=tmp_path / "bench", python=str(python), before_job=freeze)
+    assert [r.job.tag for r in runs] == ["A", "B", "A", "B"] and frozen == ["A", "B", "A", "B"]
+    lines = [json.loads(line) for line in (tmp_path / "bench" / TIMINGS_FILE).read_text().splitlines()]
+    assert [(t["job"], t["tag"], t["repeat"]) for t in lines] == [
+        ("job0000.json", "A", 0), ("job0001.json", "B", 0), ("job0002.json", "A", 1), ("job0003.json", "B", 1)]
+    for t in lines:
+        assert t["cell"] == cell.label and t["measured_s"] == 0.25
+        assert 0.1 <= t["freeze_s"] < 1.0           # the harness's freezing of the other servers
+        assert 0.3 <= t["client_s"] < 2.0           # go to done, as the harness's clock saw it
+        assert 0.0 <= t["checks_s"] < 1.0
+
+
+def test_the_campaign_cost_script_splits_a_runs_time_from_the_timings(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parents[2] / "experiments"))
+    from campaign_time import run_costs
+
+    assert run_costs(tmp_path) == {}               # a log from before the timings: no `runs` section
+    bench = tmp_path / "runs" / "it001" / "bench"
+    bench.mkdir(parents=True)
+    rows = [{"job": "job0000.json", "tag": "A", "cell": "in512/out256", "repeat": 0, "freeze_s": 0.2,
+             "client_s": 7.0, "measured_s": 5.0, "checks_s": 0.1},
+            {"job": "job0001.json", "tag": "B", "cell": "in512/out256", "repeat": 0, "freeze_s": 0.4,
+             "client_s": 6.0, "measured_s": 5.0, "checks_s": 0.3}]
+    (bench / TIMINGS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_costs(tmp_path) == {"runs": {"count": 2, "mean_freeze_s": 0.3, "mean_client_s": 6.5,
+                                            "mean_measured_s": 5.0, "mean_client_setup_s": 1.5,
+                                            "mean_checks_s": 0.2}}
