@@ -19,6 +19,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,7 @@ class _Pending:
     job: EvalJob | None = None
     diff: str = ""                               # the canonical patch, as recorded and as committed
     early: tuple[Outcome, str] | None = None     # decided before evaluation: gave up, denied, bad patch, error
+    noop: Future[str | None] | None = None       # vLLM's resolution of a serving.yaml-only patch, under way
 
     def pending_entry(self) -> HistoryEntry:
         assert self.proposal is not None
@@ -130,6 +132,7 @@ class Campaign:
     _eval_seconds: float = 0.0                              # the same in wall seconds, for the wall budget
     _round_started: float = 0.0
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
+    _resolver: ThreadPoolExecutor | None = field(default=None, repr=False)   # the round's no-op checks
     measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
     context: dict[str, str] = field(default_factory=dict)   # the proposer's environment block (proposer_context)
     served: dict[str, object] | None = None   # vllm-image: the environment with the image's versions (agent/target.py)
@@ -247,7 +250,7 @@ class Campaign:
                     item.early = ("invalid", f"gave up: {proposal.reason}")
                     break
                 item.proposal = proposal
-                item.job, item.diff = self._prepare(i, proposal, reserved)
+                item.job, item.diff, item.noop = self._prepare(i, proposal, reserved)
                 reserved += item.job.ports.values()
             except BudgetExhausted as exc:   # evaluate what this round already prepared, then stop
                 stop = exc
@@ -261,6 +264,7 @@ class Campaign:
                 raise
             except Exception as exc:
                 item.early = self._classify(i, exc)
+        self._refuse_noops(items)
         if not items and stop is not None:
             raise stop
         evals: dict[int, EvalOutcome] = {}
@@ -321,9 +325,10 @@ class Campaign:
             self.on_event("hypothesis", {"text": result.hypothesis})
         return result
 
-    def _prepare(self, i: int, proposal: Proposal, reserved: list[int]) -> tuple[EvalJob, str]:
+    def _prepare(self, i: int, proposal: Proposal, reserved: list[int]
+                 ) -> tuple[EvalJob, str, Future[str | None] | None]:
         """Gate the patch, build both trees (incumbent, candidate) and gate both servers: everything an
-        evaluation needs, as data."""
+        evaluation needs, as data; and, for a serving.yaml-only patch, its no-op check under way."""
         ws = self.workspace
         diff = to_unified_diff(ws.root, proposal.patch, proposal.patch_format)
         self.gate.require({"kind": "patch", "diff": diff}, iteration=i)      # the loop gates what it applies
@@ -347,8 +352,8 @@ class Campaign:
                 # accuracy or the other build's resources: what is measured would change, not how fast
                 raise PatchRejected(f"serving.yaml: {', '.join(owned)} is fixed by the spec; a candidate may not "
                                     "change it (the spec may allow it in server.candidate_may_change)")
-            if set(parse_patch(canonical).paths) == {SERVING_FILE}:
-                self._refuse_noop(a.engine_args, b.engine_args)
+            noop = self._check_noop(a.engine_args, b.engine_args) \
+                if set(parse_patch(canonical).paths) == {SERVING_FILE} else None
             ports = gate_servers(self.gate, self.spec, self._servers_of(a, b), i, exclude=reserved)
         except BaseException:
             for tree in (tree_a, tree_b):
@@ -358,26 +363,53 @@ class Campaign:
                       stats=self.spec.stats, parity=self.spec.parity, sandbox=self.spec.sandbox, work_dir=work,
                       cache_dir=self.log_dir / "cache", reference=self.reference, measurement=self.measurement,
                       measurement_host=socket.gethostname())
-        return job, canonical
+        return job, canonical, noop
 
-    def _refuse_noop(self, incumbent: dict[str, object], candidate: dict[str, object]) -> None:
+    def _check_noop(self, incumbent: dict[str, object], candidate: dict[str, object]) -> Future[str | None] | None:
         """A patch of serving.yaml alone that vLLM resolves to the engine args already in force changes nothing
         the servers run (e.g. async_scheduling on vLLM CPU, which forces it off): it is refused before any
         server starts instead of costing a full A/B whose ratio can only be noise. Unknown either way (no
-        resolution of the incumbent, or this one fails): the A/B decides."""
+        resolution of the incumbent, or this one fails): the A/B decides.
+
+        The same text raises at once. vLLM's resolution (a fresh process importing vLLM: ~23 s on an H200 host)
+        runs in the background, so that a round's candidates are resolved together rather than one after
+        another (3 x 23 s before a round of three could start its servers); `_refuse_noops` collects them."""
         if incumbent == candidate:
             raise PatchRejected("no-op: the patch changes serving.yaml's text, not its engine args")
         if not self.effective_serving:
-            return
-        try:
-            effective = self.measure.engine_defaults(self.spec.server.model, candidate, env=self.spec.server.env)
-        except HarnessError:
-            return
-        if effective == self.effective_serving:
+            return None
+        in_force = dict(self.effective_serving)
+        model, env = self.spec.server.model, self.spec.server.env
+
+        def resolve() -> str | None:
+            try:
+                effective = self.measure.engine_defaults(model, candidate, env=env)
+            except HarnessError:
+                return None
+            if effective != in_force:
+                return None
             keys = sorted(k for k in set(incumbent) | set(candidate) if incumbent.get(k) != candidate.get(k))
             changes = ", ".join(f"{k}: {incumbent.get(k, '(unset)')} -> {candidate.get(k, '(unset)')}" for k in keys)
-            raise PatchRejected(f"no-op: vLLM resolves the changed serving.yaml ({changes}) to the engine args "
-                                f"already in force ({_fmt_args(effective)}); nothing the servers run would change")
+            return (f"no-op: vLLM resolves the changed serving.yaml ({changes}) to the engine args already in force "
+                    f"({_fmt_args(effective)}); nothing the servers run would change")
+
+        if self._resolver is None:
+            self._resolver = ThreadPoolExecutor(max_workers=max(1, self.executor.slots),
+                                                thread_name_prefix="noop-check")
+        return self._resolver.submit(resolve)
+
+    def _refuse_noops(self, items: list[_Pending]) -> None:
+        """Wait for the round's no-op checks; a candidate vLLM resolves to the args in force is refused (invalid)
+        before any server starts, and its trees are removed. Its servers' ports, gated already, stay unused."""
+        for item in items:
+            if item.noop is None:
+                continue
+            reason, item.noop = item.noop.result(), None
+            if reason is not None and item.job is not None:
+                item.early = self._classify(item.iteration, PatchRejected(reason))
+                for tree in (item.job.a.tree, item.job.b.tree):
+                    self.workspace.remove_copy(tree)
+                item.job = None
 
     def _cleanup(self, items: list[_Pending]) -> None:
         for item in items:

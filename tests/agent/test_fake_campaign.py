@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import git
@@ -188,6 +191,45 @@ def test_a_serving_change_vllm_resolves_to_the_args_in_force_is_refused_before_a
     # the baseline grid, the accepted candidate's screen and confirmation, the final comparison: no A/B for the no-op
     assert measure.calls.count("ab") == 3, measure.calls
     assert end.verdict.status == "improved" and verify(end.log_dir).ok
+
+
+class SlowResolution(FakeMeasurements):
+    """vLLM's resolution of a serving config takes a while (a fresh process: ~23 s on an H200 host)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resolving = 0
+        self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def engine_defaults(self, model: Path, serving: Mapping[str, object], *, env: Mapping[str, str]
+                        ) -> dict[str, object]:
+        with self.lock:
+            self.resolving += 1
+            self.most_at_once = max(self.most_at_once, self.resolving)
+        time.sleep(0.5)
+        with self.lock:
+            self.resolving -= 1
+        return super().engine_defaults(model, serving, env=env)
+
+
+def test_a_rounds_candidates_are_resolved_together_and_its_no_op_is_refused_before_the_servers(
+        tmp_path: Path) -> None:
+    # three serving.yaml-only candidates in one round: their no-op checks run at once, not one after another;
+    # async_scheduling (forced off, as on vLLM CPU) is refused, the other two are screened together
+    spec = write_target(tmp_path, iterations=3, extra="executor: {kind: local, slots: 3}",
+                        search="{strategy: ordered, space: {max_num_seqs: [4], async_scheduling: [true], "
+                               "enable_chunked_prefill: [false]}}")
+    measure = SlowResolution()
+    end = start(spec, tmp_path / "logs", tmp_path / "ws", measure)
+    assert measure.most_at_once == 3, measure.most_at_once
+    results = {r["iteration"]: payload_of(end.log_dir, r) for r in read_records(end.log_dir)
+               if r["kind"] == "iteration.result"}
+    assert results[2]["outcome"] == "invalid" and "no-op" in str(results[2]["reason"]), results[2]
+    assert {results[1]["outcome"], results[3]["outcome"]} <= {"accepted", "rejected"}, results
+    assert measure.calls.count("arms2") == 1, measure.calls       # the two real changes, against one incumbent
+    assert not (end.log_dir / "runs" / "it002" / "tree-B").exists()   # the refused candidate's trees are gone
+    assert verify(end.log_dir).ok
 
 
 def test_a_round_of_candidates_is_screened_together_against_one_incumbent_and_only_its_best_is_confirmed(
