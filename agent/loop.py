@@ -340,20 +340,22 @@ class Campaign:
             self.writer.append(records.ITERATION_PATCH, iteration=i,
                                payload={"diff": canonical, "base": self.incumbent_ref})
             # cache keys = content: A finds the incumbent's compiled graphs (the baseline's, or the accepted
-            # candidate's); B's are its own, and become the next incumbent's if it is committed
+            # candidate's); B's are its own, and become the next incumbent's if it is committed. A patch of
+            # serving.yaml alone leaves the code as it is (code_key): B's folder starts as a copy of A's.
+            serving_only = set(parse_patch(canonical).paths) == {SERVING_FILE}
+            code = ws.code_hash(self.incumbent_ref)
             a = Build(tag="A", tree=tree_a, engine_args=ws.serving_config(), ref=self.incumbent_ref,
-                      cache_key=ws.tree_hash(self.incumbent_ref))
+                      cache_key=ws.tree_hash(self.incumbent_ref), code_key=code)
             candidate = Workspace.open(tree_b)
             b = Build(tag="B", tree=tree_b, engine_args=candidate.serving_config(), ref="candidate",
-                      cache_key=candidate.content_hash())
+                      cache_key=candidate.content_hash(), code_key=code if serving_only else "")
             owned = spec_owned_changes(a.engine_args, b.engine_args, frozenset(self.spec.server.candidate_may_change))
             if owned:
                 # dummy weights measure speed only; a lower precision or a bigger memory share buys speed with
                 # accuracy or the other build's resources: what is measured would change, not how fast
                 raise PatchRejected(f"serving.yaml: {', '.join(owned)} is fixed by the spec; a candidate may not "
                                     "change it (the spec may allow it in server.candidate_may_change)")
-            noop = self._check_noop(a.engine_args, b.engine_args) \
-                if set(parse_patch(canonical).paths) == {SERVING_FILE} else None
+            noop = self._check_noop(a.engine_args, b.engine_args) if serving_only else None
             ports = gate_servers(self.gate, self.spec, self._servers_of(a, b), i, exclude=reserved)
         except BaseException:
             for tree in (tree_a, tree_b):

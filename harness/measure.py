@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import statistics
 import threading
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from harness.workload import compare_workload
 from sandbox.base import Backend
 
 __all__ = ["Build", "GridResult", "ABResult", "measure_grid", "ab_compare", "compare_arms", "headline_metric",
-           "parity_server", "cache_dir_for", "split_headlines"]
+           "parity_server", "cache_dir_for", "seed_cache", "split_headlines"]
 
 # What "faster" means per metric: throughput up, latency down (ratios are oriented so >1 is better).
 HIGHER_IS_BETTER = {"total_token_throughput": True, "output_throughput": True, "request_throughput": True,
@@ -49,6 +50,11 @@ class Build:
     # start on the H200 took 57 s warm vs 169 s cold); builds without one get a folder per tag. Parallel
     # evaluations of one round share their incumbent's folder, as they shared the per-tag one before.
     cache_key: str = ""
+    # What the server's code is: the tree's content without serving.yaml. A candidate that changes engine args
+    # alone runs the incumbent's code, and its cold cache folder starts as a copy of the incumbent's
+    # (`seed_cache`): vLLM keys its compile cache by config and code, Triton and Inductor theirs by kernel
+    # source, so what it finds there is what its own start would have compiled, or is passed over.
+    code_key: str = ""
 
 
 def cache_dir_for(build: Build, root: Path, *, taken: tuple[Path, ...] = ()) -> Path:
@@ -57,6 +63,18 @@ def cache_dir_for(build: Build, root: Path, *, taken: tuple[Path, ...] = ()) -> 
     Two servers alive at once never share one (`taken`): their start-ups would write it concurrently."""
     path = root / (build.cache_key or build.tag)
     return path.with_name(f"{path.name}-{build.tag}") if path in taken else path
+
+
+def seed_cache(incumbent: Build, incumbent_dir: Path, build: Build, target: Path) -> bool:
+    """Start `build`'s cache folder `target` as a copy of the incumbent's when both run the same code and the
+    target does not exist yet; True when it did. Called before either server starts (a copy taken while a
+    server writes could be torn). Never across code: a candidate that changes code compiles its own."""
+    if not incumbent.code_key or build.code_key != incumbent.code_key or build is incumbent:
+        return False
+    if target.exists() or target == incumbent_dir or not incumbent_dir.is_dir():
+        return False
+    shutil.copytree(incumbent_dir, target, symlinks=True)
+    return True
 
 
 def headline_metric(cell: Cell) -> str:
@@ -327,6 +345,9 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
         assert parity is not None
         gens: dict[str, list[Generation]] = {}
         lock = threading.Lock()
+        # before any of them starts: the incumbent's parity folder (the baseline's) is not being written
+        for build in parity_builds:
+            seed_cache(a, cache_dir_for(a, cache_dir / "parity"), build, cache_dir_for(build, cache_dir / "parity"))
 
         def generate(build: Build) -> None:
             config = parity_config(f"{build.tag}-parity" if own_ports else build.tag)
@@ -373,6 +394,10 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
         caches: dict[str, Path] = {}
         for build in alive:
             caches[build.tag] = cache_dir_for(build, cache_dir, taken=tuple(caches.values()))
+        seeded = [build.tag for build in alive
+                  if seed_cache(a, caches[a.tag], build, caches[build.tag])]
+        if seeded:
+            progress(f"{', '.join(seeded)}: engine args alone changed; starting from a copy of {a.tag}'s caches")
 
         def start(build: Build) -> ServerStart:
             config = server.model_copy(update={"port": speed_ports[build.tag]}) if speed_ports else server

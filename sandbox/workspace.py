@@ -144,6 +144,23 @@ class Workspace:
             self.repo.git.add("--all", env=env)
             return str(self.repo.git.write_tree(env=env))
 
+    def code_hash(self, ref: str | None = None) -> str:
+        """The git tree hash of the code alone: the commit `ref`'s tree, or the working tree as it is (as
+        `content_hash`), without serving.yaml. Two builds with equal code hashes run the same code, whatever
+        engine args each serves with."""
+        index = self.root / self.repo.git.rev_parse("--git-path", "index")
+        with tempfile.TemporaryDirectory(prefix="ratchet-index-") as tmp:
+            scratch = Path(tmp) / "index"
+            env = {"GIT_INDEX_FILE": str(scratch)}
+            if ref is not None:
+                self.repo.git.read_tree(ref, env=env)
+            else:
+                if index.exists():
+                    shutil.copy2(index, scratch)
+                self.repo.git.add("--all", env=env)
+            self.repo.git.rm("--cached", "--quiet", "--ignore-unmatch", "--", SERVING_FILE, env=env)
+            return str(self.repo.git.write_tree(env=env))
+
     def resolve(self, ref: str) -> str:
         try:
             return self.repo.git.rev_parse("--verify", f"{ref}^{{commit}}")

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from agent.replay import Exit, replay
 from audit.reader import payload_of, read_records
 from audit.verify import verify
+from harness.measure import ABResult, Build
 from tests.conftest import processes_under
 from tests.fake_campaign import KILL_POINTS, gemma4_patch, killed_at, resume, start, write_target
 from tests.fake_measurements import SPEED, FakeMeasurements
@@ -85,6 +87,38 @@ def test_a_code_patch_that_breaks_parity_is_rejected_and_one_that_speeds_up_is_k
     assert "SPEED = 1.6" in shown and "BREAKS_PARITY" not in shown
     # the second proposal saw the first's rejection and its reason
     assert proposer.seen[1].history[0].outcome == "parity-broken"
+
+
+class SeenBuilds(FakeMeasurements):
+    """Keeps the builds of every A/B, as the harness would get them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pairs: list[tuple[Build, Build]] = []
+
+    def ab(self, backend: Any, a: Build, b: Build, **kw: Any) -> ABResult:
+        self.pairs.append((a, b))
+        return super().ab(backend, a, b, **kw)
+
+
+def test_a_serving_only_candidate_is_known_to_run_the_incumbents_code_and_a_code_patch_is_not(
+        tmp_path: Path) -> None:
+    # the harness seeds B's cold cache folder from A's only when both code keys are known and equal
+    from agent.base import GiveUp, Proposal
+
+    serving = ("diff --git a/serving.yaml b/serving.yaml\n--- a/serving.yaml\n+++ b/serving.yaml\n"
+               "@@ -1,2 +1,3 @@\n enforce_eager: true\n max_num_seqs: 1\n+stream_interval: 8\n")
+    proposer = FakeProposer([
+        Proposal("a faster kernel", gemma4_patch("SPEED = 1.1"), predicted_speedup=1.1, source="fake:1"),
+        Proposal("stream in chunks", serving, predicted_speedup=1.05, source="fake:2"),
+    ], when_done=GiveUp("nothing left"))
+    measure = SeenBuilds()
+    start(write_target(tmp_path, iterations=2), tmp_path / "logs", tmp_path / "ws", measure, proposer=proposer)
+    code_a, code_b = next(pair for pair in measure.pairs if "stream_interval" not in pair[1].engine_args)
+    serving_a, serving_b = next(pair for pair in measure.pairs if "stream_interval" in pair[1].engine_args)
+    assert code_a.code_key and code_b.code_key == ""                       # a code patch: its own caches
+    assert serving_a.code_key and serving_b.code_key == serving_a.code_key    # the same code, other engine args
+    assert serving_b.cache_key != serving_a.cache_key                         # its own folder, started as a copy
 
 
 IMAGE_CELLS = """benchmark: {input_lens: [8], output_lens: [4], num_prompts: 8, max_concurrency: 4, repeats: 4,
