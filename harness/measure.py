@@ -20,7 +20,7 @@ from typing import Any
 from harness.bench import BenchJob, CellRun, mismatched_inputs, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
 from harness.datasets import copy_task_answer
-from harness.errors import HarnessError
+from harness.errors import BenchmarkFailed, HarnessError
 from harness.integrity import MeasurementDigest, check_unchanged, digest_roots, measurement_roots
 from harness.parity import Generation, ParityReport, compare, held_generations, load_prompts
 from harness.server import Server, ServerStart, serve, start_together
@@ -457,13 +457,17 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
             jobs = _jobs(cells, order, server.model, bench.repeats)
             progress(f"benchmark: {len(jobs)} runs interleaved, the other server{'s' if len(order) > 2 else ''} "
                      "frozen during each")
+            failed: dict[str, BenchmarkFailed] = {}   # a candidate's run that failed its checks: its error
             with _all_thawed(measured):
                 runs = run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
-                                check_alive=_alive_check(measured), before_job=_measure_only(measured))
+                                check_alive=_alive_check(measured), before_job=_measure_only(measured),
+                                failed=failed if bs else None)
             check_unchanged(expected, roots, when="while the builds were served and measured")
+            if a.tag in failed:      # the incumbent's figures are what every candidate is judged against
+                raise failed[a.tag]
             for run in runs:
                 results[run.job.tag].runs.append(run)
-            miscounted = mismatched_inputs(runs, reference=a.tag)
+            miscounted = {**mismatched_inputs(runs, reference=a.tag), **failed}
             for tag, exc in miscounted.items():   # that candidate's result is its error; the others stand
                 errors[tag] = exc
                 progress(f"{tag}: {exc}")
@@ -485,8 +489,10 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
 
 def _arm_result(ga: GridResult, gb: GridResult, report: ParityReport | None, cells: list[Cell],
                 stats_cfg: StatsConfig, error: HarnessError | None = None) -> ABResult:
-    """One candidate's A/B out of a comparison: its ratios to A, or (not benchmarked) its parity alone."""
-    if not gb.runs:
+    """One candidate's A/B out of a comparison: its ratios to A, or (not benchmarked, or its runs failed a
+    check) its parity and its error alone. A candidate with an error never has ratios: its runs may have been
+    measured, but with token counts or a clock that cannot be trusted."""
+    if error is not None or not gb.runs:
         return ABResult(a=ga, b=gb, parity=report, cells={}, overall=None, error=error)
     cell_cis, _ = grid_ratios(ga, gb, cells, stats_cfg)
     overall, images = split_headlines(ga, gb, cells, stats_cfg)

@@ -75,3 +75,20 @@ def test_a_build_whose_server_counts_other_prompt_tokens_than_the_reference_is_n
     assert list(failed) == ["B2"]
     assert "66 prompt tokens for the prompts A's server counted as 33" in str(failed["B2"])
     assert mismatched_inputs([r for r in runs if r.job.tag != "B2"], reference="A") == {}
+
+
+def test_a_candidate_with_an_error_gets_no_ratios_even_when_its_runs_were_measured() -> None:
+    """A comparison that names a candidate's miscounted tokens keeps its error: the ratios its runs would give
+    (here twice A's throughput, from twice the prompt tokens) are never a verdict's input."""
+    from harness.config import StatsConfig
+    from harness.measure import Build, GridResult, _arm_result
+
+    def grid(tag: str, input_tokens: int) -> GridResult:
+        return GridResult(build=Build(tag=tag, tree=Path("."), engine_args={}), startup_s=1.0, evidence={},
+                          runs=[_run(tag, r, input_tokens) for r in range(4)])
+
+    a, b = grid("A", 32), grid("B", 64)
+    error = mismatched_inputs([*a.runs, *b.runs], reference="A")["B"]
+    judged = _arm_result(a, b, None, [JOB.cell], StatsConfig(), error=error)
+    assert judged.error is error and judged.overall is None and judged.cells == {}
+    assert _arm_result(a, b, None, [JOB.cell], StatsConfig()).overall is not None    # without the error: ratios
