@@ -239,9 +239,14 @@ def _kill_group(pid: int) -> None:
 def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Path,
              python: str = sys.executable, on_done: Callable[[CellRun], None] | None = None,
              check_alive: Callable[[BenchJob], None] | None = None,
-             before_job: Callable[[BenchJob], None] | None = None) -> list[CellRun]:
+             before_job: Callable[[BenchJob], None] | None = None,
+             failed: dict[str, BenchmarkFailed] | None = None) -> list[CellRun]:
     """Run jobs in the given order (the caller interleaves A/B) in one pristine client process.
-    `before_job` runs before each job is let go (the caller freezes the servers it does not measure)."""
+    `before_job` runs before each job is let go (the caller freezes the servers it does not measure).
+
+    A run that fails its checks (failed requests, token counts, duration) raises; with `failed` given, it is
+    that run's build's failure instead (a comparison of several candidates: one that miscounts must not cost the
+    others their measurement): recorded in `failed` by tag, and the build's later jobs are skipped."""
     work_dir.mkdir(parents=True, exist_ok=True)
     files = [f"job{index:04d}.json" for index in range(len(jobs))]
     for name in files:
@@ -253,6 +258,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
     log_path = work_dir / "client.log"
     timeout = config.run_timeout_s * len(jobs) + 60
     runs: list[CellRun] = []
+    settled = 0     # jobs done or skipped
     # Where a run's time goes besides the measurement (the other servers' freeze, the client's set-up and
     # warm-ups, reading its result): one line per job, for the campaign's cost table (experiments/campaign_time.py).
     timings = work_dir / TIMINGS_FILE
@@ -272,6 +278,10 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                 log.write(raw_line)
                 if line.startswith("RATCHET_JOB_READY"):
                     index = int(line.split()[1])
+                    if failed is not None and jobs[index].tag in failed:
+                        proc.stdin.write(f"skip {index}\n".encode())
+                        proc.stdin.flush()
+                        continue
                     ready = time.monotonic()
                     if before_job:
                         before_job(jobs[index])
@@ -280,17 +290,26 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     proc.stdin.flush()
                 elif line.startswith("RATCHET_JOB_START"):
                     started = time.monotonic()
+                elif line.startswith("RATCHET_JOB_SKIPPED"):
+                    settled += 1
                 elif line.startswith("RATCHET_JOB_DONE"):
                     done = time.monotonic()
                     index = int(line.split()[1])
                     job = jobs[index]
+                    settled += 1
                     if check_alive:
                         check_alive(job)
-                    result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
-                    written = prompts.get(dataset_path(job, work_dir), ((), ()))
-                    run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
-                                  prompts=written[0], answers=written[1])
-                    check_duration(run)
+                    try:
+                        result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
+                        written = prompts.get(dataset_path(job, work_dir), ((), ()))
+                        run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
+                                      prompts=written[0], answers=written[1])
+                        check_duration(run)
+                    except BenchmarkFailed as exc:
+                        if failed is None:
+                            raise
+                        failed[job.tag] = exc
+                        continue
                     timing_log.write(json.dumps({
                         "job": files[index], "tag": job.tag, "cell": job.cell.label, "repeat": job.repeat,
                         "freeze_s": round(go - ready, 3), "client_s": round(done - started, 3),
@@ -308,10 +327,10 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                 proc.wait()
     if fired.is_set():
         raise BenchmarkFailed(f"benchmark client exceeded {timeout:.0f} s and was killed; see {log_path}")
-    if code != 0 or len(runs) != len(jobs):
-        for job in jobs[len(runs):len(runs) + 1]:
+    if code != 0 or settled != len(jobs):
+        for job in jobs[settled:settled + 1]:
             if check_alive:
                 check_alive(job)
-        raise BenchmarkFailed(f"benchmark client exited with code {code} after {len(runs)}/{len(jobs)} runs; "
+        raise BenchmarkFailed(f"benchmark client exited with code {code} after {settled}/{len(jobs)} runs; "
                               f"see {log_path}")
     return runs

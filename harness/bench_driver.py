@@ -4,7 +4,7 @@ Invoked by harness.bench as `python -I -m harness.bench_driver JOBS.json` from t
 unpatched vLLM: `-I` ignores PYTHONPATH, so the candidate's tree can never supply the client.
 Each job is the argv of `vllm bench serve`; results go where each argv's --result-dir says.
 Before each job it prints RATCHET_JOB_READY and waits for a line on stdin: the harness first freezes
-every server but the one this job measures.
+every server but the one this job measures (`go N`), or passes over a job whose build has failed (`skip N`).
 
 Each tokenizer is loaded once per process, not once per job: the client's own `get_tokenizer` is called the
 first time and its object handed to later jobs that name the same tokenizer, as one vLLM server serves every
@@ -51,7 +51,11 @@ def main(jobs_path: str) -> int:
         add_cli_args(parser)
         args = parser.parse_args(argv)
         print(f"RATCHET_JOB_READY {index}", flush=True)
-        if sys.stdin.readline().strip() != f"go {index}":
+        answer = sys.stdin.readline().strip()
+        if answer == f"skip {index}":       # its build already failed a check: its later runs are not measured
+            print(f"RATCHET_JOB_SKIPPED {index}", flush=True)
+            continue
+        if answer != f"go {index}":
             print(f"RATCHET_JOB_ABORT {index}", flush=True)
             return 1
         print(f"RATCHET_JOB_START {index}", flush=True)

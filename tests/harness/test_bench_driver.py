@@ -8,9 +8,12 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from harness.bench import TIMINGS_FILE, BenchJob, run_jobs
 from harness.bench_driver import reuse_tokenizers
 from harness.config import BenchmarkConfig, Cell
+from harness.errors import BenchmarkFailed
 
 
 def test_each_tokenizer_is_loaded_once_per_client_process() -> None:
@@ -26,18 +29,23 @@ def test_each_tokenizer_is_loaded_once_per_client_process() -> None:
     assert [name for name, _ in loads] == ["/m/e2b", "/m/e2b", "/m/tiny"]    # one load per (name, options)
 
 
-# Reads the job list as the real driver does, and per job: READY, waits for "go i", START, sleeps, writes a result
-# the harness accepts, DONE.
+# Reads the job list as the real driver does, and per job: READY, waits for "go i" (or "skip i"), START, sleeps,
+# writes a result the harness accepts, DONE. A server on port 666 reports twice the output tokens it served.
 STAND_IN = textwrap.dedent("""
     import json, sys, time
     jobs = json.load(open(sys.argv[-1]))
     for i, argv in enumerate(jobs):
         opt = {argv[k]: argv[k + 1] for k in range(len(argv) - 1) if argv[k].startswith("--")}
         print(f"RATCHET_JOB_READY {i}", flush=True)
-        assert sys.stdin.readline().strip() == f"go {i}"
+        answer = sys.stdin.readline().strip()
+        if answer == f"skip {i}":
+            print(f"RATCHET_JOB_SKIPPED {i}", flush=True)
+            continue
+        assert answer == f"go {i}"
         print(f"RATCHET_JOB_START {i}", flush=True)
         time.sleep(0.3)
         n, out = int(opt["--num-prompts"]), int(opt.get("--random-output-len") or opt["--custom-output-len"])
+        out *= 2 if opt["--base-url"].endswith(":666") else 1
         result = {"duration": 0.25, "completed": n, "total_input_tokens": 32 * n, "total_output_tokens": n * out}
         result |= {k: 1.0 for k in ("request_throughput", "output_throughput", "total_token_throughput",
                    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms",
@@ -74,6 +82,32 @@ def test_a_job_list_leaves_one_timing_line_per_run_splitting_freeze_client_and_c
         assert 0.1 <= t["freeze_s"] < 1.0           # the harness's freezing of the other servers
         assert 0.3 <= t["client_s"] < 2.0           # go to done, as the harness's clock saw it
         assert 0.0 <= t["checks_s"] < 1.0
+
+
+def test_a_build_whose_runs_fail_their_checks_is_failed_alone_and_its_later_runs_skipped(tmp_path: Path) -> None:
+    """In a comparison of several candidates, one whose server miscounts the tokens it served fails by itself:
+    the incumbent and the other candidates are measured to the end; its own later runs are not sent."""
+    script = tmp_path / "client.py"
+    script.write_text(STAND_IN)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    python.chmod(0o755)
+    config = BenchmarkConfig(input_lens=[32], output_lens=[4], num_prompts=4, max_concurrency=4, repeats=3)
+    cell = Cell(input_len=32, output_len=4)
+    urls = {"A": "http://127.0.0.1:1", "B1": "http://127.0.0.1:666", "B2": "http://127.0.0.1:3"}
+    jobs = [BenchJob(cell=cell, base_url=url, model_name="m", tokenizer=tmp_path, tag=tag, repeat=r)
+            for r in range(3) for tag, url in urls.items()]
+    let_go: list[str] = []
+    failed: dict[str, BenchmarkFailed] = {}
+    runs = run_jobs(jobs, config, work_dir=tmp_path / "bench", python=str(python),
+                    before_job=lambda job: let_go.append(job.tag), failed=failed)
+    assert [r.job.tag for r in runs] == ["A", "B2", "A", "B2", "A", "B2"]
+    assert list(failed) == ["B1"] and "reported 32 output tokens for 4 requests of exactly 4" in str(failed["B1"])
+    assert let_go == ["A", "B1", "B2", "A", "B2", "A", "B2"]        # B1 ran once, then was passed over
+
+    # without `failed` (one build measured alone, or a caller that cannot drop one): the run's failure is raised
+    with pytest.raises(BenchmarkFailed, match="reported 32 output tokens"):
+        run_jobs(jobs, config, work_dir=tmp_path / "bench2", python=str(python))
 
 
 def test_the_campaign_cost_script_splits_a_runs_time_from_the_timings(tmp_path: Path) -> None:
