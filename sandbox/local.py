@@ -63,6 +63,7 @@ def server_cwd(log_path: Path) -> Path:
     return cwd
 
 _STOP_GRACE_S = 15.0
+_GONE_S = 10.0         # after SIGKILL: how long stop() waits for the group's processes to be gone
 _HALTED = (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
 
 
@@ -147,8 +148,27 @@ class LocalRunning:
         for proc in leftovers:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+        _wait_gone(leftovers, timeout=_GONE_S)
         if self._cleanup is not None:
             self._cleanup()
+
+
+def _wait_gone(procs: list[psutil.Process], *, timeout: float) -> None:
+    """SIGKILL is delivered at once but a process with gigabytes mapped (a vLLM worker) takes a moment to exit
+    on a loaded host: stop() returns once they are gone (or zombies), so that no caller sees them running."""
+    deadline = time.monotonic() + timeout
+    alive = list(procs)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _running(p)]
+        if alive:
+            time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _group_members(pgid: int) -> list[psutil.Process]:
