@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from harness.config import BenchmarkConfig, Cell
 from harness.datasets import write_copy_task, write_read_task
-from harness.errors import BenchmarkFailed, MalformedBenchResult
+from harness.errors import BenchmarkFailed, HarnessError, MalformedBenchResult
 
 __all__ = ["TIMINGS_FILE", "BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
 
@@ -240,13 +240,14 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
              python: str = sys.executable, on_done: Callable[[CellRun], None] | None = None,
              check_alive: Callable[[BenchJob], None] | None = None,
              before_job: Callable[[BenchJob], None] | None = None,
-             failed: dict[str, BenchmarkFailed] | None = None) -> list[CellRun]:
+             failed: dict[str, HarnessError] | None = None) -> list[CellRun]:
     """Run jobs in the given order (the caller interleaves A/B) in one pristine client process.
     `before_job` runs before each job is let go (the caller freezes the servers it does not measure).
 
-    A run that fails its checks (failed requests, token counts, duration) raises; with `failed` given, it is
-    that run's build's failure instead (a comparison of several candidates: one that miscounts must not cost the
-    others their measurement): recorded in `failed` by tag, and the build's later jobs are skipped."""
+    A run that fails (its server died, the client failed on it) or fails its checks (failed requests, token
+    counts, duration) raises; with `failed` given, it is that run's build's failure instead (a comparison of
+    several candidates: one that crashes or miscounts must not cost the others their measurement): recorded in
+    `failed` by tag, and the build's later jobs are skipped."""
     work_dir.mkdir(parents=True, exist_ok=True)
     files = [f"job{index:04d}.json" for index in range(len(jobs))]
     for name in files:
@@ -292,20 +293,32 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     started = time.monotonic()
                 elif line.startswith("RATCHET_JOB_SKIPPED"):
                     settled += 1
+                elif line.startswith("RATCHET_JOB_FAILED"):
+                    job = jobs[int(line.split()[1])]
+                    settled += 1
+                    try:
+                        if check_alive:
+                            check_alive(job)     # a dead server is named as such
+                        raise BenchmarkFailed(f"{job.tag} {job.cell.label} repeat {job.repeat}: the benchmark client "
+                                              f"failed on this run; see {log_path}")
+                    except HarnessError as exc:
+                        if failed is None:
+                            raise
+                        failed[job.tag] = exc
                 elif line.startswith("RATCHET_JOB_DONE"):
                     done = time.monotonic()
                     index = int(line.split()[1])
                     job = jobs[index]
                     settled += 1
-                    if check_alive:
-                        check_alive(job)
                     try:
+                        if check_alive:
+                            check_alive(job)
                         result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
                         written = prompts.get(dataset_path(job, work_dir), ((), ()))
                         run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
                                       prompts=written[0], answers=written[1])
                         check_duration(run)
-                    except BenchmarkFailed as exc:
+                    except HarnessError as exc:
                         if failed is None:
                             raise
                         failed[job.tag] = exc

@@ -5,6 +5,7 @@ unpatched vLLM: `-I` ignores PYTHONPATH, so the candidate's tree can never suppl
 Each job is the argv of `vllm bench serve`; results go where each argv's --result-dir says.
 Before each job it prints RATCHET_JOB_READY and waits for a line on stdin: the harness first freezes
 every server but the one this job measures (`go N`), or passes over a job whose build has failed (`skip N`).
+A job that raises (its server died, say) is reported as RATCHET_JOB_FAILED and the next one goes on.
 
 Each tokenizer is loaded once per process, not once per job: the client's own `get_tokenizer` is called the
 first time and its object handed to later jobs that name the same tokenizer, as one vLLM server serves every
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -59,7 +61,12 @@ def main(jobs_path: str) -> int:
             print(f"RATCHET_JOB_ABORT {index}", flush=True)
             return 1
         print(f"RATCHET_JOB_START {index}", flush=True)
-        bench_main(args)
+        try:
+            bench_main(args)
+        except Exception:   # one build's dead server must not end the other builds' runs: the harness decides
+            traceback.print_exc()
+            print(f"RATCHET_JOB_FAILED {index}", flush=True)
+            continue
         print(f"RATCHET_JOB_DONE {index}", flush=True)
     return 0
 

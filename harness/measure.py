@@ -20,7 +20,7 @@ from typing import Any
 from harness.bench import BenchJob, CellRun, mismatched_inputs, run_jobs
 from harness.config import BenchmarkConfig, Cell, ParityConfig, ServerConfig, StatsConfig
 from harness.datasets import copy_task_answer
-from harness.errors import BenchmarkFailed, HarnessError
+from harness.errors import HarnessError
 from harness.integrity import MeasurementDigest, check_unchanged, digest_roots, measurement_roots
 from harness.parity import Generation, ParityReport, compare, held_generations, load_prompts
 from harness.server import Server, ServerStart, serve, start_together
@@ -155,9 +155,21 @@ def _measure_only(servers: dict[str, Server]) -> Callable[[BenchJob], None]:
     def switch(job: BenchJob) -> None:
         for tag, server in servers.items():
             if tag != job.tag:
-                server.running.freeze()
+                try:
+                    server.running.freeze()
+                except Exception:
+                    if _alive(server):   # running and not frozen: an A/B with it burning the cores is not one
+                        raise            # (a dead one, whose build has failed already, burns nothing)
         servers[job.tag].running.thaw()
     return switch
+
+
+def _alive(server: Server) -> bool:
+    try:
+        server.check_alive()
+    except HarnessError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -457,7 +469,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
             jobs = _jobs(cells, order, server.model, bench.repeats)
             progress(f"benchmark: {len(jobs)} runs interleaved, the other server{'s' if len(order) > 2 else ''} "
                      "frozen during each")
-            failed: dict[str, BenchmarkFailed] = {}   # a candidate's run that failed its checks: its error
+            failed: dict[str, HarnessError] = {}   # a candidate whose run failed (or failed its checks): its error
             with _all_thawed(measured):
                 runs = run_jobs(jobs, bench, work_dir=work_dir / "bench", on_done=on_run,
                                 check_alive=_alive_check(measured), before_job=_measure_only(measured),

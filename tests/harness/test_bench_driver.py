@@ -13,7 +13,7 @@ import pytest
 from harness.bench import TIMINGS_FILE, BenchJob, run_jobs
 from harness.bench_driver import reuse_tokenizers
 from harness.config import BenchmarkConfig, Cell
-from harness.errors import BenchmarkFailed
+from harness.errors import BenchmarkFailed, HarnessError, ServerCrashed
 
 
 def test_each_tokenizer_is_loaded_once_per_client_process() -> None:
@@ -30,7 +30,8 @@ def test_each_tokenizer_is_loaded_once_per_client_process() -> None:
 
 
 # Reads the job list as the real driver does, and per job: READY, waits for "go i" (or "skip i"), START, sleeps,
-# writes a result the harness accepts, DONE. A server on port 666 reports twice the output tokens it served.
+# writes a result the harness accepts, DONE. A server on port 666 reports twice the output tokens it served; one
+# on port 667 has died (the job fails).
 STAND_IN = textwrap.dedent("""
     import json, sys, time
     jobs = json.load(open(sys.argv[-1]))
@@ -44,6 +45,9 @@ STAND_IN = textwrap.dedent("""
         assert answer == f"go {i}"
         print(f"RATCHET_JOB_START {i}", flush=True)
         time.sleep(0.3)
+        if opt["--base-url"].endswith(":667"):      # its server is gone: the real driver's bench_main raises
+            print(f"RATCHET_JOB_FAILED {i}", flush=True)
+            continue
         n, out = int(opt["--num-prompts"]), int(opt.get("--random-output-len") or opt["--custom-output-len"])
         out *= 2 if opt["--base-url"].endswith(":666") else 1
         result = {"duration": 0.25, "completed": n, "total_input_tokens": 32 * n, "total_output_tokens": n * out}
@@ -94,16 +98,24 @@ def test_a_build_whose_runs_fail_their_checks_is_failed_alone_and_its_later_runs
     python.chmod(0o755)
     config = BenchmarkConfig(input_lens=[32], output_lens=[4], num_prompts=4, max_concurrency=4, repeats=3)
     cell = Cell(input_len=32, output_len=4)
-    urls = {"A": "http://127.0.0.1:1", "B1": "http://127.0.0.1:666", "B2": "http://127.0.0.1:3"}
+    urls = {"A": "http://127.0.0.1:1", "B1": "http://127.0.0.1:666", "B2": "http://127.0.0.1:3",
+            "B3": "http://127.0.0.1:667"}
     jobs = [BenchJob(cell=cell, base_url=url, model_name="m", tokenizer=tmp_path, tag=tag, repeat=r)
             for r in range(3) for tag, url in urls.items()]
     let_go: list[str] = []
-    failed: dict[str, BenchmarkFailed] = {}
-    runs = run_jobs(jobs, config, work_dir=tmp_path / "bench", python=str(python),
+
+    def check_alive(job: BenchJob) -> None:
+        if job.tag == "B3":
+            raise ServerCrashed("B3: server exited with code -9 (killed)")
+
+    failed: dict[str, HarnessError] = {}
+    runs = run_jobs(jobs, config, work_dir=tmp_path / "bench", python=str(python), check_alive=check_alive,
                     before_job=lambda job: let_go.append(job.tag), failed=failed)
     assert [r.job.tag for r in runs] == ["A", "B2", "A", "B2", "A", "B2"]
-    assert list(failed) == ["B1"] and "reported 32 output tokens for 4 requests of exactly 4" in str(failed["B1"])
-    assert let_go == ["A", "B1", "B2", "A", "B2", "A", "B2"]        # B1 ran once, then was passed over
+    assert sorted(failed) == ["B1", "B3"]
+    assert "reported 32 output tokens for 4 requests of exactly 4" in str(failed["B1"])
+    assert isinstance(failed["B3"], ServerCrashed)                  # a dead server is named as such
+    assert let_go == ["A", "B1", "B2", "B3", "A", "B2", "A", "B2"]  # B1 and B3 ran once, then were passed over
 
     # without `failed` (one build measured alone, or a caller that cannot drop one): the run's failure is raised
     with pytest.raises(BenchmarkFailed, match="reported 32 output tokens"):
