@@ -189,3 +189,26 @@ def test_the_h200_stream_interval_round_figures_come_from_its_verified_log(tmp_p
     for build in ("B1", "B2"):
         for cell in saved["candidates"][build]["cells"].values():
             assert f"{cell['ratio']:.3f}× [{cell['low']:.3f}, {cell['high']:.3f}]" in text
+
+
+def test_main_job_run8_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 8: the screens, the confirmation that took the budget, and the estimate
+    that left iteration 3 unconfirmed, as the verified log records them."""
+    with tarfile.open(RESULTS / "main-job-run8-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("gemma4-tiny-cpu-*")
+    summary = iteration_cells(log_dir)                       # exits unless the log verifies
+    assert summary["verified_records"] == 43
+    records = [json.loads(line) for line in (log_dir / "log.jsonl").read_text().splitlines()]
+    results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
+    assert [results[i]["speedup_text"] for i in (1, 2, 3)] == [
+        "1.030x [0.837, 1.266]", "1.009x [0.990, 1.028]", "1.307x [1.202, 1.421]"]
+    assert round(results[1]["placement"]["seconds"]) == 854 and round(results[2]["placement"]["seconds"]) == 938
+    need = "2497 s of the wall budget left, a confirmation and the final comparison need ~3314 s"
+    assert need in results[3]["reason"]
+    (confirm,) = [r["payload"] for r in records if r["kind"] == "iteration.confirm"]
+    assert confirm["screen_speedup"] == "1.026x [0.991, 1.063]"
+    (end,) = [r["payload"] for r in records if r["kind"] == "campaign.end"]
+    assert end["accepted"] == [] and end["verdict"]["status"] == "no-change"
+    text = (RESULTS / "main-job-runs.md").read_text()
+    assert "**1.307x [1.202, 1.421]**" in text and "1.009x [0.990, 1.028], 938 s" in text
