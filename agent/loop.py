@@ -130,6 +130,7 @@ class Campaign:
     executor: Executor = field(default_factory=LocalExecutor)
     _eval_minutes: float = 0.0                              # the longest evaluation so far, for the GPU budget
     _eval_seconds: float = 0.0                              # the same in wall seconds, for the wall budget
+    _confirm_seconds: float = 0.0                           # the last confirmation's wall seconds, once one ran
     _round_started: float = 0.0
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
     _resolver: ThreadPoolExecutor | None = field(default=None, repr=False)   # the round's no-op checks
@@ -535,7 +536,14 @@ class Campaign:
         """What a confirmation (or the final comparison) takes: an A/B of two builds at the strong repeats. Only the
         benchmark scales with the repeats; the start-up is paid once. (Scaling a round of three candidates' whole
         time by the repeats, as this did before, put a confirmation and the final comparison on an H200 at
-        ~2,316 s when they needed ~1,430.)"""
+        ~2,316 s when they needed ~1,430.)
+
+        Once a confirmation has run, its own wall time is the estimate: the same A/B on the same host. The screens'
+        slowest round is a proxy that one disturbed round inflates (the main job's run 8: a round slowed by a test
+        beside it put a confirmation at ~1,657 s; the one that ran took 938 s, and the strongest candidate was
+        left unconfirmed)."""
+        if self._confirm_seconds:
+            return self._confirm_seconds
         bench = self.spec.benchmark
         start = min(self.round_basis[0], self._eval_seconds)
         return start + (self._eval_seconds - start) * bench.strong_repeats / bench.repeats
@@ -564,11 +572,13 @@ class Campaign:
         except ActionDenied as exc:
             return Confirmation(None, f"not confirmed: its servers were denied ({exc}); left uncommitted")
         again = replace(job, purpose="confirm", bench=bench, ports=ports, work_dir=job.work_dir / "confirm")
+        t0 = time.monotonic()
         done = self._evaluate([again])[0]
         if done.error is not None or done.result is None:
             error = done.error or RuntimeError("evaluation returned nothing")
             return Confirmation(None, f"not confirmed: the confirmation failed ({type(error).__name__}: "
                                       f"{str(error)[:1000]}); left uncommitted")
+        self._confirm_seconds = time.monotonic() - t0
         return Confirmation(done, "")
 
     def _judge(self, i: int, proposal: Proposal, diff: str, evaluation: EvalOutcome, verdict: Verdict | None, *,

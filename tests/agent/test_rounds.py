@@ -4,8 +4,10 @@ exactly and in a second."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -393,3 +395,22 @@ def test_a_confirmation_is_estimated_as_an_ab_of_two_builds_with_one_start_up(
     camp.round_basis = (0.0, 0.0)
     camp._eval_seconds = camp._ab_seconds(600.0, builds=2)
     assert camp._strong_seconds == pytest.approx(1200.0)
+
+
+def test_once_a_confirmation_ran_its_own_time_is_what_the_next_one_and_the_final_are_planned_with(
+        campaign: Callable[[FakeExecutor], Campaign]) -> None:
+    # main job run 8: one disturbed screen (877 s) set the estimate at ~1,657 s; the confirmation took 938 s
+    class SlowConfirmation(FakeExecutor):
+        def run(self, jobs: list[EvalJob], **kw: Any) -> list[EvalOutcome]:
+            if jobs[0].purpose == "confirm":
+                time.sleep(0.3)
+            return super().run(jobs, **kw)
+
+    executor = SlowConfirmation({4: SpeedupCI(1.5, 1.3, 1.7, 3), 8: SpeedupCI(1.01, 0.99, 1.03, 3)})
+    camp = campaign(executor)
+    camp.round_basis = (50.0, 0.0)
+    camp._eval_seconds = camp._ab_seconds(877.0, builds=2)
+    assert camp._strong_seconds == pytest.approx(50 + 827 * 2)
+    camp.round(1, 2)
+    assert len(executor.confirmations) == 1
+    assert 0.3 <= camp._strong_seconds < 5.0 and camp._strong_seconds == camp._confirm_seconds
