@@ -240,14 +240,15 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
              python: str = sys.executable, on_done: Callable[[CellRun], None] | None = None,
              check_alive: Callable[[BenchJob], None] | None = None,
              before_job: Callable[[BenchJob], None] | None = None,
-             failed: dict[str, HarnessError] | None = None) -> list[CellRun]:
+             failed: dict[str, HarnessError] | None = None, reference: str | None = None) -> list[CellRun]:
     """Run jobs in the given order (the caller interleaves A/B) in one pristine client process.
     `before_job` runs before each job is let go (the caller freezes the servers it does not measure).
 
     A run that fails (its server died, the client failed on it) or fails its checks (failed requests, token
     counts, duration) raises; with `failed` given, it is that run's build's failure instead (a comparison of
     several candidates: one that crashes or miscounts must not cost the others their measurement): recorded in
-    `failed` by tag, and the build's later jobs are skipped."""
+    `failed` by tag, and the build's later jobs are skipped. The `reference` build's failure is raised at once:
+    the others are judged against its runs."""
     work_dir.mkdir(parents=True, exist_ok=True)
     files = [f"job{index:04d}.json" for index in range(len(jobs))]
     for name in files:
@@ -302,7 +303,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                         raise BenchmarkFailed(f"{job.tag} {job.cell.label} repeat {job.repeat}: the benchmark client "
                                               f"failed on this run; see {log_path}")
                     except HarnessError as exc:
-                        if failed is None:
+                        if failed is None or job.tag == reference:
                             raise
                         failed[job.tag] = exc
                 elif line.startswith("RATCHET_JOB_DONE"):
@@ -319,7 +320,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                                       prompts=written[0], answers=written[1])
                         check_duration(run)
                     except HarnessError as exc:
-                        if failed is None:
+                        if failed is None or job.tag == reference:
                             raise
                         failed[job.tag] = exc
                         continue

@@ -120,6 +120,10 @@ def test_a_build_whose_runs_fail_their_checks_is_failed_alone_and_its_later_runs
     # without `failed` (one build measured alone, or a caller that cannot drop one): the run's failure is raised
     with pytest.raises(BenchmarkFailed, match="reported 32 output tokens"):
         run_jobs(jobs, config, work_dir=tmp_path / "bench2", python=str(python))
+    # the reference build's failure is raised at once: every other build is judged against its runs
+    with pytest.raises(ServerCrashed, match="B3: server exited"):
+        run_jobs(jobs, config, work_dir=tmp_path / "bench3", python=str(python), check_alive=check_alive,
+                 failed={}, reference="B3")
 
 
 def test_the_campaign_cost_script_splits_a_runs_time_from_the_timings(tmp_path: Path) -> None:
