@@ -68,10 +68,14 @@ def cache_dir_for(build: Build, root: Path, *, taken: tuple[Path, ...] = ()) -> 
 def seed_cache(incumbent: Build, incumbent_dir: Path, build: Build, target: Path) -> bool:
     """Start `build`'s cache folder `target` as a copy of the incumbent's when both run the same code and the
     target does not exist yet; True when it did. Called before either server starts (a copy taken while a
-    server writes could be torn). Never across code: a candidate that changes code compiles its own."""
+    server writes could be torn). Never across code: a candidate that changes code compiles its own. Not from a
+    folder without a file in it (a sandbox that keeps its caches inside, as Docker's tmpfs does, leaves the host
+    folder empty): nothing would be copied, and the progress line would claim a warm start that is not."""
     if not incumbent.code_key or build.code_key != incumbent.code_key or build is incumbent:
         return False
     if target.exists() or target == incumbent_dir or not incumbent_dir.is_dir():
+        return False
+    if not any(path.is_file() for path in incumbent_dir.rglob("*")):
         return False
     shutil.copytree(incumbent_dir, target, symlinks=True)
     return True

@@ -40,7 +40,9 @@ def test_no_copy_across_code_over_an_existing_folder_or_from_nothing(tmp_path: P
     assert not any((tmp_path / "own").iterdir())
     assert not seed_cache(a, tmp_path / "cold-A", _build("B", "code-1"), tmp_path / "x")   # nothing to copy
     assert not seed_cache(a, source, a, source)                                           # the incumbent itself
-    assert not any((tmp_path / name).exists() for name in ("other-code", "unknown-code", "neither", "x"))
+    (tmp_path / "docker-A" / "vllm").mkdir(parents=True)          # folders, no file: the caches stayed in a tmpfs
+    assert not seed_cache(a, tmp_path / "docker-A", _build("B", "code-1"), tmp_path / "y")
+    assert not any((tmp_path / name).exists() for name in ("other-code", "unknown-code", "neither", "x", "y"))
 
 
 def test_the_code_hash_ignores_serving_yaml_and_nothing_else(tmp_path: Path) -> None:
