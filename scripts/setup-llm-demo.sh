@@ -8,10 +8,11 @@
 #
 # Idempotent: a second run checks and exits within a second or two.
 # Caches (shared by developers and CI on the same machine):
-#   $RATCHET_CACHE (default ~/.cache/ratchet)/wheels   the built llama_cpp_python wheel (~6 min to build)
+#   $RATCHET_CACHE (default ~/.cache/ratchet)/wheels/<isa>   the built llama_cpp_python wheel (~6 min to
+#                                               build), one per instruction set (avx512 or avx2)
 #   $RATCHET_CACHE/sdists                               the downloaded sdist
 #   $RATCHET_CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf, Qwen2.5-Coder-1.5B-Instruct.gguf
-# The venv: <repo>/.cache/llm-demo-venv (git-ignored).
+# The venv: <repo>/.cache/llm-demo-venv-<isa> (git-ignored).
 #
 # Exit codes: 0 ready (last two lines: LLM_DEMO_PYTHON=... and LLM_DEMO_MODEL=...);
 #             3 a package could not be downloaded (registry unreachable): callers may skip;
@@ -20,10 +21,18 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${RATCHET_CACHE:-$HOME/.cache/ratchet}"
-WHEELS="$CACHE/wheels"
+# A native build dies with an illegal instruction on some of these hosts, and an AVX-512 build dies the same way
+# on a CPU without it (an AMD EPYC host with AVX2 only: llama_cpp.server exited with SIGILL): the instruction set
+# is picked from the CPU, and the wheel and the venv are kept per instruction set.
+if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+  ISA=avx512; ISA_ARGS="-DGGML_AVX512=ON"
+else
+  ISA=avx2; ISA_ARGS="-DGGML_AVX512=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+fi
+WHEELS="$CACHE/wheels/$ISA"
 SDISTS="$CACHE/sdists"
 MODELS="$CACHE/models"
-VENV="${LLM_DEMO_VENV:-$ROOT/.cache/llm-demo-venv}"
+VENV="${LLM_DEMO_VENV:-$ROOT/.cache/llm-demo-venv-$ISA}"
 PY="${PYTHON:-python3}"
 LLAMA_VERSION="0.3.36"
 WHICH="${1:-smollm2}"
@@ -33,8 +42,7 @@ case "$WHICH" in
   *) echo "setup-llm-demo: unknown model '$WHICH' (smollm2 or qwen-coder)" >&2; exit 2 ;;
 esac
 MODEL="$MODELS/$GGUF_NAME"
-# A native build dies with an illegal instruction on this machine: pin the ISA explicitly.
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX512=ON}"
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF $ISA_ARGS}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 
 log() { echo "setup-llm-demo: $*" >&2; }
