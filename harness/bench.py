@@ -260,7 +260,14 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
     log_path = work_dir / "client.log"
     timeout = config.run_timeout_s * len(jobs) + 60
     runs: list[CellRun] = []
-    settled = 0     # jobs done or skipped
+    settled = 0     # jobs done, failed or skipped
+
+    def charge(job: BenchJob, exc: HarnessError) -> None:
+        """A run that failed: raised, or (`failed` given, not the reference) its build's failure."""
+        if failed is None or job.tag == reference:
+            raise exc
+        failed[job.tag] = exc
+
     # Where a run's time goes besides the measurement (the other servers' freeze, the client's set-up and
     # warm-ups, reading its result): one line per job, for the campaign's cost table (experiments/campaign_time.py).
     timings = work_dir / TIMINGS_FILE
@@ -300,12 +307,11 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     try:
                         if check_alive:
                             check_alive(job)     # a dead server is named as such
-                        raise BenchmarkFailed(f"{job.tag} {job.cell.label} repeat {job.repeat}: the benchmark client "
-                                              f"failed on this run; see {log_path}")
                     except HarnessError as exc:
-                        if failed is None or job.tag == reference:
-                            raise
-                        failed[job.tag] = exc
+                        charge(job, exc)
+                        continue
+                    charge(job, BenchmarkFailed(f"{job.tag} {job.cell.label} repeat {job.repeat}: the benchmark "
+                                                f"client failed on this run; see {log_path}"))
                 elif line.startswith("RATCHET_JOB_DONE"):
                     done = time.monotonic()
                     index = int(line.split()[1])
@@ -320,9 +326,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                                       prompts=written[0], answers=written[1])
                         check_duration(run)
                     except HarnessError as exc:
-                        if failed is None or job.tag == reference:
-                            raise
-                        failed[job.tag] = exc
+                        charge(job, exc)
                         continue
                     timing_log.write(json.dumps({
                         "job": files[index], "tag": job.tag, "cell": job.cell.label, "repeat": job.repeat,
