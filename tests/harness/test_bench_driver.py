@@ -60,12 +60,18 @@ STAND_IN = textwrap.dedent("""
 """)
 
 
-def test_a_job_list_leaves_one_timing_line_per_run_splitting_freeze_client_and_checks(tmp_path: Path) -> None:
-    script = tmp_path / "client.py"
+def _stand_in_python(folder: Path) -> Path:
+    """An interpreter that runs the stand-in client whatever module it is asked for (run_jobs's `python`)."""
+    script = folder / "client.py"
     script.write_text(STAND_IN)
-    python = tmp_path / "python"
+    python = folder / "python"
     python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
     python.chmod(0o755)
+    return python
+
+
+def test_a_job_list_leaves_one_timing_line_per_run_splitting_freeze_client_and_checks(tmp_path: Path) -> None:
+    python = _stand_in_python(tmp_path)
     config = BenchmarkConfig(input_lens=[32], output_lens=[4], num_prompts=4, max_concurrency=4, repeats=4)
     cell = Cell(input_len=32, output_len=4)
     jobs = [BenchJob(cell=cell, base_url="http://127.0.0.1:1", model_name="m", tokenizer=tmp_path, tag=tag,
@@ -91,11 +97,7 @@ def test_a_job_list_leaves_one_timing_line_per_run_splitting_freeze_client_and_c
 def test_a_build_whose_runs_fail_their_checks_is_failed_alone_and_its_later_runs_skipped(tmp_path: Path) -> None:
     """In a comparison of several candidates, one whose server miscounts the tokens it served fails by itself:
     the incumbent and the other candidates are measured to the end; its own later runs are not sent."""
-    script = tmp_path / "client.py"
-    script.write_text(STAND_IN)
-    python = tmp_path / "python"
-    python.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
-    python.chmod(0o755)
+    python = _stand_in_python(tmp_path)
     config = BenchmarkConfig(input_lens=[32], output_lens=[4], num_prompts=4, max_concurrency=4, repeats=3)
     cell = Cell(input_len=32, output_len=4)
     urls = {"A": "http://127.0.0.1:1", "B1": "http://127.0.0.1:666", "B2": "http://127.0.0.1:3",
