@@ -11,11 +11,17 @@
 #   scripts/gpu-campaign.sh collect   stop it if still running (SIGTERM: it stops its servers, checkpoints its log), verify the audit log,
 #                                     leave the log (tgz), the report and the console output in $OUT
 # GPU_TIME_LEFT_S (s, for `start`): what the budget of GPU time has left; the loop's wall budget is derived from it
-# (WINDOW_LEFT_S, its earlier name, is read too).
+# (WINDOW_LEFT_S, its earlier name, is read too). WALL_S sets the loop's wall budget itself.
 # SANDBOX_BACKEND (for `start`): run the spec with this sandbox.backend instead of its own (auto). A host with
 # neither Docker nor bubblewrap (and no package index to install them) can only run `unisolated`, which the spec
 # must then say by name; this writes it into the campaign's copy of the spec and says so. Only for proposers
-# whose candidates are serving.yaml edits (search): the llm proposer refuses an unisolated sandbox anyway.
+# whose candidates are serving.yaml edits (search), or for kernel patches files given by name (KERNEL_SPEC): the llm
+# proposer refuses an unisolated sandbox anyway.
+# KERNEL_SPEC (for `start`): run a two-stage kernel campaign instead, `ratchet kernel KERNEL_SPEC --serving SPEC`:
+# the kernel stage on vLLM's installed attention kernel, then stock vs its best served end to end by SPEC (e.g.
+# KERNEL_SPEC=experiments/vllm-unified-attention-e2b.yaml SPEC=experiments/gemma4-e2b-gpu-kernel-serving.yaml).
+# PATCHES (with KERNEL_SPEC): space-separated patch files proposed in order instead of the kernel spec's search.
+# Its wall budget is the kernel stage's; the serving stage runs after it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATE=/var/tmp/ratchet-campaign
@@ -80,12 +86,18 @@ start)
   # Baseline (two server starts) comes before the loop and is not on the loop's wall budget.
   # What set-up (and training) took comes off the budget too.
   LEFT=${GPU_TIME_LEFT_S:-${WINDOW_LEFT_S:-1500}}
-  WALL=$(( LEFT - ($(date +%s) - T_START) - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))
+  WALL=${WALL_S:-$(( LEFT - ($(date +%s) - T_START) - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))}
   [ "$WALL" -ge 300 ] || { echo "GPU time too short: loop budget would be $WALL s; raise GPU_TIME_LEFT_S"; exit 1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
   echo "loop wall budget: $WALL s" | tee -a "$STATE/gpu.txt"
   date +%s > "$STATE/started"
-  PYTHONUNBUFFERED=1 setsid nohup python3 -m agent.cli run "$SPEC" --log-dir "$STATE/logs" \
+  if [ -n "${KERNEL_SPEC:-}" ]; then
+    cmd=(kernel "$KERNEL_SPEC" --serving "$SPEC" --out "$STATE/kernel-summary.json")
+    for patch in ${PATCHES:-}; do cmd+=(--patch "$patch"); done
+  else
+    cmd=(run "$SPEC")
+  fi
+  PYTHONUNBUFFERED=1 setsid nohup python3 -m agent.cli "${cmd[@]}" --log-dir "$STATE/logs" \
     --workspaces "$STATE/ws" --wall-seconds "$WALL" > "$STATE/campaign.log" 2>&1 < /dev/null &
   echo $! > "$STATE/pid"
   sleep 20
@@ -111,6 +123,7 @@ collect)
     python3 -m agent.cli audit verify "$d" 2>&1 | tee -a "$OUT/verify.txt"
     cp "$d"/summary.md "$OUT/campaign-summary.md" 2>/dev/null
   done
+  cp "$STATE"/kernel-summary.json "$STATE"/kernel-summary.md "$OUT"/ 2>/dev/null
   # The benchmark datasets are left out (the seeds rebuild them); the client's detailed results stay. Files come back
   # from the host in pieces of at most 16 MiB: `cat campaign-log.tgz.part-* > campaign-log.tgz` puts them together.
   tar czf "$STATE/campaign-log.tgz" --exclude='tree-*' --exclude='cache' --exclude='prompts-*.jsonl' \
