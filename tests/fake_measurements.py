@@ -94,6 +94,7 @@ def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, seed: str, ru
 class FakeMeasurements:
     def __init__(self, hold_s: float = 0.0, startup_s: float = 0.1, run_s: float = 0.01) -> None:
         self.calls: list[str] = []
+        self.ports: list[dict[str, int] | None] = []   # the ports each A/B was given, in order
         self.hold_s = hold_s
         self.startup_s, self.run_s = startup_s, run_s   # what the baseline reports (the loop plans rounds with it)
 
@@ -129,11 +130,13 @@ class FakeMeasurements:
 
     def ab(self, backend: Any, a: Build, b: Build, **kw: Any) -> ABResult:
         self.calls.append("ab")
+        self.ports.append(kw.get("ports"))
         return self._compare(a, [b], **kw)[0]
 
     def arms(self, backend: Any, a: Build, bs: list[Build], **kw: Any) -> list[ABResult]:
         """Several candidates against one A (one start-up, A's runs shared), as harness.measure.compare_arms."""
         self.calls.append(f"arms{len(bs)}")
+        self.ports.append(kw.get("ports"))
         return self._compare(a, bs, **kw)
 
     def _compare(self, a: Build, bs: list[Build], *, bench: BenchmarkConfig, stats_cfg: Any,

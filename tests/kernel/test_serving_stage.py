@@ -56,7 +56,8 @@ class KernelRunnerAndFakeServing(FakeMeasurements):
         return HARNESS.kernel(*args, **kw)
 
 
-def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: float) -> tuple[Any, Path]:
+def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: float, *,
+              serving_spec: str = SERVING_SPEC, measure: FakeMeasurements | None = None) -> tuple[Any, Path]:
     monkeypatch.setenv("RATCHET_AUDIT_KEY", str(tmp_path / "keys" / "audit-key.ed25519"))
     monkeypatch.setattr(fake, "speed_of", _end_to_end_speed(kernel_gain))
     write_vllm_tree(tmp_path / "src")
@@ -65,17 +66,23 @@ def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: floa
     held.write_text("".join(json.dumps({"id": f"held-{i}", "prompt_token_ids": [5 + (i + j) % 200
                                                                                for j in range(8 + i)]}) + "\n"
                             for i in range(6)))
-    (tmp_path / "serving.yaml").write_text(SERVING_SPEC.format(model=TINY_MODEL, prompts=held))
+    (tmp_path / "serving.yaml").write_text(serving_spec.format(model=TINY_MODEL, prompts=held))
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(KERNEL_SPEC)
     end = start_kernel_campaign(load_kernel_spec(spec_path), spec_path, log_root=tmp_path / "logs",
-                                workspace_root=tmp_path / "ws", measure=KernelRunnerAndFakeServing())
+                                workspace_root=tmp_path / "ws", measure=measure or KernelRunnerAndFakeServing())
     return end, spec_path
 
 
 def test_a_kernel_gain_that_holds_end_to_end_is_the_campaigns_verdict(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    end, spec_path = _campaign(tmp_path, monkeypatch, kernel_gain=1.4)
+    """Parity here runs on a checkpoint of its own, as on the GPU specs (dummy weights for speed): stock's and best's
+    parity servers are gated on ports of their own and handed to the A/B with the speed servers' ports, so that
+    all four start together (on an H200 they had started one pair after the other: ~155 s more)."""
+    measure = KernelRunnerAndFakeServing()
+    own_checkpoint = SERVING_SPEC.replace(
+        "parity: {{", "parity: {{model: {model}, engine_args: {{max_model_len: 512}}, ")
+    end, spec_path = _campaign(tmp_path, monkeypatch, kernel_gain=1.4, measure=measure, serving_spec=own_checkpoint)
     assert end.final is not None and end.final["outcome"] == "accepted"
     assert end.serving is not None and end.serving["verdict"]["status"] == "improved", end.serving
     assert end.serving["parity_ok"] and end.serving["overall"]["low"] > 1.3
@@ -83,8 +90,13 @@ def test_a_kernel_gain_that_holds_end_to_end_is_the_campaigns_verdict(tmp_path: 
     records = read_records(end.log_dir)
     kinds = [r["kind"] for r in records]
     assert kinds.index("final.result") < kinds.index("serving.result") < kinds.index("campaign.end")
-    served = [r for r in records if r["kind"] == "action" and r.get("rule") == "allow-vllm-serve-local"]
-    assert len(served) == 2                                            # both servers were gated
+    (ports,) = measure.ports
+    assert ports is not None and set(ports) == {"A", "B", "A-parity", "B-parity"} and len(set(ports.values())) == 4
+    served = [payload_of(end.log_dir, r)["action"] for r in records
+              if r["kind"] == "action" and r.get("rule") == "allow-vllm-serve-local"]
+    assert sorted(a["port"] for a in served) == sorted(ports.values())  # every server was gated
+    assert sum(a["argv"][a["argv"].index("--max-model-len") + 1] == "512" for a in served
+               if "--max-model-len" in a["argv"]) == 2                  # the parity servers with parity's args
     campaign_end = payload_of(end.log_dir, records[kinds.index("campaign.end")])
     assert campaign_end["serving_verdict"]["status"] == "improved"
     checked = verify(end.log_dir, redecide=redecider([load_policy(load_kernel_spec(spec_path).policy_file)]))
