@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,6 +27,8 @@ _PORT = re.compile(r"127\.0\.0\.1:(\d+)")
 def _tags(run_dir: Path) -> dict[str, str]:
     out = {}
     for log in run_dir.glob("server-*.log"):
+        if log.stem.endswith("-parity"):   # parity servers take the speed servers' ports after them
+            continue
         if m := _PORT.search(log.read_text(errors="replace")):
             out[m.group(1)] = log.stem.removeprefix("server-")
     return out
@@ -62,7 +65,9 @@ def summarise(run_dir: Path, incumbent: str = "A") -> dict[str, object]:
             if len(both) >= 2:
                 ci = speedup_ci([a[r] for r in both], [b[r] for r in both], cfg)
                 per_cell[cell] = {"pairs": len(both), "ratio": round(ci.ratio, 4), "low": round(ci.low, 4),
-                                  "high": round(ci.high, 4)}
+                                  "high": round(ci.high, 4),
+                                  "median_a": round(statistics.median(a[r] for r in both)),
+                                  "median_b": round(statistics.median(b[r] for r in both))}
         common = min((p["pairs"] for p in per_cell.values()), default=0)
         if common >= 2 and len(per_cell) == len(cells):
             for cell in cells:
