@@ -212,3 +212,47 @@ def test_main_job_run8_figures_come_from_its_verified_log(tmp_path: Path) -> Non
     assert end["accepted"] == [] and end["verdict"]["status"] == "no-change"
     text = (RESULTS / "main-job-runs.md").read_text()
     assert "**1.307x [1.202, 1.421]**" in text and "1.009x [0.990, 1.028], 938 s" in text
+
+
+def test_the_two_stage_kernel_campaign_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """experiments/results/vllm-kernel-two-stage-h200.md: the log verifies (every gate decision re-decided), the
+    kernel table is the final comparison's, the serving table is the serving stage's record and what the client's
+    result files give, and the cost figures are campaign_time's."""
+    from comparison_runs import summarise as comparison
+
+    from audit import verify
+    from audit.reader import payload_of, read_records
+    from policies import redecider
+    from policies.known import known_policies
+
+    with tarfile.open(RESULTS / "vllm-kernel-two-stage-h200-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("vllm-unified-attention-e2b-*")
+    checked = verify(log_dir, redecide=redecider(known_policies()))
+    assert checked.ok and checked.records == 54, checked
+    records = read_records(log_dir)
+    final = payload_of(log_dir, next(r for r in records if r["kind"] == "final.result"))
+    serving = payload_of(log_dir, next(r for r in records if r["kind"] == "serving.result"))
+    summary = json.loads((RESULTS / "vllm-kernel-two-stage-h200.json").read_text())
+    assert summary["serving"] == serving and serving["verdict"]["status"] == "improved" and serving["parity_ok"]
+    text = (RESULTS / "vllm-kernel-two-stage-h200.md").read_text().replace("**", "")
+    for row in summary["shapes"]:
+        assert row["speedup"] == final["shapes"][row["shape"]]["speedup"]["ratio"]
+        before, after = f"{row['before_median_us']:,.1f}", f"{row['after_median_us']:,.1f}"
+        line = next(line for line in text.splitlines() if f"| {before} | {after} |" in line)
+        assert f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" in line, line
+    runs = comparison(log_dir / "runs" / "serving")
+    saved = json.loads((RESULTS / "vllm-kernel-two-stage-h200-serving.json").read_text())
+    assert runs["candidates"] == saved["candidates"] and (runs["runs"], runs["planned_runs"]) == (24, 24)
+    for label, cell in saved["candidates"]["B"]["cells"].items():
+        logged = serving["cells"][label]
+        assert (round(logged["ratio"], 4), round(logged["low"], 4)) == (cell["ratio"], cell["low"])
+        line = next(line for line in text.splitlines() if line.startswith(f"| {label} "))
+        assert f"| {cell['median_a']:,} | {cell['median_b']:,} | {cell['ratio']:.3f}x [{cell['low']:.3f}, " \
+               f"{cell['high']:.3f}] |" in line, line
+    overall = serving["overall"]
+    assert f"{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]" in text
+    timing = summarise(log_dir)
+    committed = json.loads((RESULTS / "vllm-kernel-two-stage-h200-time.json").read_text())
+    assert {k: v for k, v in timing.items() if k != "log_dir"} == {k: v for k, v in committed.items() if k != "log_dir"}
+    assert timing["wall_s"] == 864.5 and timing["vllm_startup_s"] == 311.0 and "864.5 s" in text
