@@ -493,7 +493,7 @@ class Campaign:
         for i, done in evals.items():
             if done.result and done.result.parity and done.result.parity.ok and done.result.overall:
                 verdicts[i] = decide(done.result.overall, done.result.headline(), self.spec.stats, stage="screen",
-                                     images=done.result.images)
+                                     images=done.result.images, confirm_pairs=self.spec.benchmark.strong_repeats)
                 if verdicts[i].accept and not verdicts[i].quarantine:
                     accepted[i] = done.result.overall.low
         best = max(accepted, key=lambda it: accepted[it]) if accepted else None

@@ -274,6 +274,11 @@ class StatsConfig(BaseModel):
         "a campaign's first A/B of a candidate only screens: the lower end of this interval must reach "
         "screen_lower_bound for the candidate to earn a confirmation (which is judged at `confidence`)"))] = 0.80
     screen_lower_bound: Annotated[float, Field(gt=0)] = 1.0
+    screen_confirm_chance: Annotated[float, Field(ge=0, lt=1.0, description=(
+        "the screen also spends a confirmation only where one can plausibly succeed: taking the screen's ratio as "
+        "the truth and its standard error scaled to the confirmation's pairs, the chance that the confirmation's "
+        "lower bound clears accept_lower_bound must reach this (0: no such check). A marginal pass would "
+        "otherwise take the wall time a stronger candidate's confirmation needs"))] = 0.2
     guard_confidence: Annotated[float, Field(gt=0.5, lt=1.0, description=(
         "level of the one-sided test that calls a cell regressed (its upper bound below cell_guard)"))] = 0.95
     accept_lower_bound: Annotated[float, Field(gt=0)] = 1.02

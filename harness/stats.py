@@ -27,8 +27,8 @@ from scipy import stats as scistats
 
 from harness.config import StatsConfig
 
-__all__ = ["SpeedupCI", "Verdict", "speedup_ci", "overall_ci", "decide", "cv", "check_repeats", "MIN_REPEATS",
-           "regressed_cells"]
+__all__ = ["SpeedupCI", "Verdict", "speedup_ci", "overall_ci", "decide", "confirm_chance", "cv", "check_repeats",
+           "MIN_REPEATS", "regressed_cells"]
 
 MIN_REPEATS = 4
 
@@ -124,14 +124,29 @@ def regressed_cells(cells: Mapping[str, SpeedupCI], config: StatsConfig) -> list
             for label, ci in cells.items() if ci.upper(config.guard_confidence) < config.cell_guard]
 
 
+def confirm_chance(screen: SpeedupCI, pairs: int, config: StatsConfig) -> float | None:
+    """The chance that a confirmation of `pairs` pairs clears `accept_lower_bound`, were the screen's ratio the
+    truth: its standard error is the screen's scaled by sqrt(screen pairs / pairs), and it passes when its mean
+    log-ratio exceeds log(bound) + t(df) * that error. None when the screen has no standard error."""
+    if screen.se_log is None or screen.df < 1 or pairs < 2:
+        return None
+    se = screen.se_log * math.sqrt(screen.n / pairs)
+    if se == 0:
+        return 1.0 if screen.ratio > config.accept_lower_bound else 0.0
+    need = math.log(config.accept_lower_bound) + float(scistats.t.ppf(0.5 + config.confidence / 2, pairs - 1)) * se
+    return float(scistats.norm.sf((need - math.log(screen.ratio)) / se))
+
+
 def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConfig, *,
-           stage: str = "confirm", images: SpeedupCI | None = None) -> Verdict:
+           stage: str = "confirm", images: SpeedupCI | None = None, confirm_pairs: int | None = None) -> Verdict:
     """Quarantine when the overall speedup or any cell's is above the plausibility ceiling; reject when a
     cell regressed (one-sided test) or the overall lower bound is below the threshold; else accept.
 
     `stage="screen"` is the looser first look of a campaign's A/B (the lower end of the
     `screen_confidence` interval at least `screen_lower_bound`): it only decides which candidate earns a
-    confirmation, which is judged at `confidence` against `accept_lower_bound` on twice the repeats.
+    confirmation, which is judged at `confidence` against `accept_lower_bound` on twice the repeats. With
+    `confirm_pairs` (the confirmation's), a candidate whose confirmation could hardly clear that bar
+    (`confirm_chance` below `screen_confirm_chance`) does not earn one.
 
     `images`: the image cells' own headline, when the grid also has text cells (then `overall` is the text
     cells'). It is guarded like a cell: slower past the guard rejects, above the ceiling quarantines."""
@@ -150,6 +165,12 @@ def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConf
         bar = f"{config.screen_confidence:.0%} lower bound {low:.3f}"
         if low < config.screen_lower_bound:
             return Verdict(False, False, f"speedup {overall}: screen {bar} below {config.screen_lower_bound}")
+        chance = confirm_chance(overall, confirm_pairs, config) if confirm_pairs else None
+        if chance is not None and chance < config.screen_confirm_chance:
+            return Verdict(False, False, (
+                f"speedup {overall}: screen {bar} clears {config.screen_lower_bound}, but a confirmation of "
+                f"{confirm_pairs} pairs would clear {config.accept_lower_bound} with an estimated chance of "
+                f"{chance:.0%} (< {config.screen_confirm_chance:.0%}): not worth its time"))
         return Verdict(True, False, f"speedup {overall}: screen {bar} clears {config.screen_lower_bound}; "
                                     "to be confirmed")
     if overall.low < config.accept_lower_bound:

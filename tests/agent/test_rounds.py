@@ -4,6 +4,7 @@ exactly and in a second."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -414,3 +415,24 @@ def test_once_a_confirmation_ran_its_own_time_is_what_the_next_one_and_the_final
     camp.round(1, 2)
     assert len(executor.confirmations) == 1
     assert 0.3 <= camp._strong_seconds < 5.0 and camp._strong_seconds == camp._confirm_seconds
+
+
+def test_a_marginal_screen_pass_spends_no_confirmation(
+        campaign: Callable[[FakeExecutor], Campaign], tmp_path: Path) -> None:
+    """The main job's run 9: 1.021x [0.987, 1.055] at 4 pairs clears the screen's 80 % bound, but a confirmation of
+    8 pairs would clear 1.02 about 1 % of the time: the loop rejects it at the screen and keeps the wall time for a
+    candidate a confirmation can confirm (here 1.3x, confirmed)."""
+    t3 = 3.182446305284263                                         # t(0.975, 3 df)
+    marginal = SpeedupCI(1.021, 0.987, 1.055, 4, se_log=math.log(1.055 / 0.987) / (2 * t3), df=3)
+    strong = SpeedupCI(1.3, 1.2, 1.41, 4, se_log=math.log(1.41 / 1.2) / (2 * t3), df=3)
+    flat = SpeedupCI(1.0, 0.97, 1.03, 4, se_log=math.log(1.03 / 0.97) / (2 * t3), df=3)
+    executor = FakeExecutor({4: marginal, 8: flat, 16: strong, 32: flat})
+    camp = campaign(executor)
+    camp.run()
+    results = _results_of(tmp_path / "log")
+    (marginal_it,) = [i for i, r in results.items() if r.get("speedup_text") == str(marginal)]
+    assert results[marginal_it]["outcome"] == "rejected"
+    assert "not worth its time" in str(results[marginal_it]["reason"])
+    confirmed = [int(job.b.engine_args["max_num_seqs"]) for job in executor.confirmations]  # type: ignore[call-overload]
+    assert confirmed == [16]                                        # only the strong one took a confirmation
+    assert any(r["outcome"] == "accepted" for r in results.values())

@@ -4,9 +4,19 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scistats
 
 from harness.config import StatsConfig
-from harness.stats import MIN_REPEATS, SpeedupCI, check_repeats, cv, decide, overall_ci, speedup_ci
+from harness.stats import (
+    MIN_REPEATS,
+    SpeedupCI,
+    check_repeats,
+    confirm_chance,
+    cv,
+    decide,
+    overall_ci,
+    speedup_ci,
+)
 
 CFG = StatsConfig()
 
@@ -128,3 +138,41 @@ def test_the_screen_is_looser_than_the_verdict_it_leads_to() -> None:
     assert decide(overall, {"c": overall}, CFG, stage="screen").accept
     assert "to be confirmed" in decide(overall, {"c": overall}, CFG, stage="screen").reason
     assert not decide(overall, {"c": overall}, CFG).accept
+
+
+def _ci(ratio: float, low: float, high: float, n: int = 4) -> SpeedupCI:
+    """A t interval as the harness reports it: its standard error recovered from its 95 % bounds."""
+    t = float(scistats.t.ppf(0.975, n - 1))
+    return SpeedupCI(ratio, low, high, n, se_log=math.log(high / low) / (2 * t), df=n - 1)
+
+
+def test_a_marginal_screen_does_not_spend_a_confirmation_that_could_hardly_succeed() -> None:
+    """The main job's run 9: max_num_seqs 32 screened at 1.021x [0.987, 1.055]. Its 80 % lower bound clears 1.0, but
+    8 pairs at that ratio and spread clear 1.02 about 1 % of the time; its confirmation took 938 s and rejected it.
+    enforce_eager false (1.307x [1.202, 1.421]) and the H200's stream_interval 8 (1.052x [1.028, 1.076]) still earn
+    theirs."""
+    marginal = _ci(1.021, 0.987, 1.055)
+    assert marginal.lower_at(0.80) > 1.0 and decide(marginal, {"c": marginal}, CFG, stage="screen").accept
+    chance = confirm_chance(marginal, 8, CFG)
+    assert chance is not None and chance < 0.05
+    verdict = decide(marginal, {"c": marginal}, CFG, stage="screen", confirm_pairs=8)
+    assert not verdict.accept and "not worth its time" in verdict.reason and "8 pairs" in verdict.reason
+    for strong in (_ci(1.307, 1.202, 1.421), _ci(1.052, 1.028, 1.076)):
+        assert confirm_chance(strong, 8, CFG) > 0.99   # type: ignore[operator]
+        assert decide(strong, {"c": strong}, CFG, stage="screen", confirm_pairs=8).accept
+    off = CFG.model_copy(update={"screen_confirm_chance": 0.0})
+    assert decide(marginal, {"c": marginal}, off, stage="screen", confirm_pairs=8).accept
+
+
+def test_the_confirmations_chance_is_its_power_at_the_screens_ratio() -> None:
+    """At the bar's own ratio plus t * se the chance is one half; it grows with the ratio and the pairs."""
+    se4 = 0.02
+    pairs = 8
+    se = se4 * math.sqrt(4 / pairs)
+    at_half = CFG.accept_lower_bound * math.exp(float(scistats.t.ppf(0.975, pairs - 1)) * se)
+    screen = SpeedupCI(at_half, 0.0, 0.0, 4, se_log=se4, df=3)
+    assert abs(confirm_chance(screen, pairs, CFG) - 0.5) < 1e-9   # type: ignore[operator]
+    higher = SpeedupCI(at_half * 1.02, 0.0, 0.0, 4, se_log=se4, df=3)
+    assert confirm_chance(higher, pairs, CFG) > confirm_chance(screen, pairs, CFG)   # type: ignore[operator]
+    assert confirm_chance(screen, 16, CFG) > 0.5                                       # type: ignore[operator]
+    assert confirm_chance(SpeedupCI(1.5, 1.4, 1.6, 4), 8, CFG) is None               # no standard error: no check
