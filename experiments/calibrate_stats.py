@@ -101,7 +101,8 @@ def _old_decide(overall: SpeedupCI, cells: dict[str, SpeedupCI], cfg: StatsConfi
 
 # -- one campaign-sized comparison -------------------------------------------------------------------------
 def _verdicts(labels: list[str], a: np.ndarray, b: np.ndarray, cfg: StatsConfig, *, old: bool,
-              rng: np.random.Generator, stage: str = "confirm") -> tuple[bool, SpeedupCI]:
+              rng: np.random.Generator, stage: str = "confirm", confirm_pairs: int | None = None
+              ) -> tuple[bool, SpeedupCI]:
     if old:
         cells = {k: _old_cell_ci(a[i], b[i], cfg, rng) for i, k in enumerate(labels)}
         overall = _old_overall(a, b, cfg, rng)
@@ -109,7 +110,7 @@ def _verdicts(labels: list[str], a: np.ndarray, b: np.ndarray, cfg: StatsConfig,
     cells = {k: speedup_ci(list(a[i]), list(b[i]), cfg) for i, k in enumerate(labels)}
     overall = overall_ci({k: list(a[i]) for i, k in enumerate(labels)},
                          {k: list(b[i]) for i, k in enumerate(labels)}, cfg)
-    return decide(overall, cells, cfg, stage=stage).accept, overall
+    return decide(overall, cells, cfg, stage=stage, confirm_pairs=confirm_pairs).accept, overall
 
 
 def _draw(rng: np.random.Generator, repeats: int, n: int, exclude: set[int] = frozenset()) -> list[int]:  # type: ignore[assignment]
@@ -138,7 +139,10 @@ def resample(args: argparse.Namespace) -> dict[str, Any]:
              ("bootstrap at 4 repeats, no confirmation", 4, "confirm", 0, True),
              *((f"Student-t, {k} repeats, no confirmation", k, "confirm", 0, False) for k in args.repeats),
              ("Student-t strict at 4, confirmed strict at 4", 4, "confirm", 4, False),
-             ("shipped: screen at 4 (80 % lower bound >= 1.0), confirmed strict at 8", 4, "screen", 8, False)]
+             ("screen at 4 (80 % lower bound >= 1.0), confirmed strict at 8", 4, "screen", 8, False),
+             ("shipped: screen at 4 (80 % lower bound >= 1.0, confirmation's chance >= "
+              f"{cfg.screen_confirm_chance:.0%}), confirmed strict at 8", 4, "screen+chance", 8, False)]
+    rules = [rule for rule in rules if not args.only or any(word in rule[0] for word in args.only)]
     for name, n, stage, n_confirm, old in rules:
         t0 = time.monotonic()
         rule: dict[str, Any] = {"repeats": n, "screen": stage, "confirm_repeats": n_confirm, "accept_rate": {},
@@ -150,7 +154,8 @@ def resample(args: argparse.Namespace) -> dict[str, Any]:
                 idx = _draw(rng, repeats, n)
                 base, cand = (a_all, b_all) if rng.random() < 0.5 else (b_all, a_all)   # either side
                 ok, overall = _verdicts(labels, base[:, idx], cand[:, idx] * effect, cfg, old=old, rng=rng,
-                                        stage=stage)
+                                        stage=stage.removesuffix("+chance"),
+                                        confirm_pairs=n_confirm if stage.endswith("+chance") else None)
                 accepted += ok
                 covered += overall.contains(effect)
                 if ok and n_confirm:   # an independent confirmation: disjoint recorded repeats, either side
@@ -225,6 +230,7 @@ def main() -> None:
     s.add_argument("--repeats", type=int, nargs="+", default=[4, 6])
     s.add_argument("--effects", type=float, nargs="+", default=[1.05, 1.10])
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--only", nargs="+", help="only the rules whose name contains one of these words")
     s.add_argument("--out")
     lv = sub.add_parser("live")
     lv.add_argument("spec")

@@ -132,7 +132,7 @@ def confirm_chance(screen: SpeedupCI, pairs: int, config: StatsConfig) -> float 
         return None
     se = screen.se_log * math.sqrt(screen.n / pairs)
     if se == 0:
-        return 1.0 if screen.ratio > config.accept_lower_bound else 0.0
+        return 1.0 if screen.ratio >= config.accept_lower_bound else 0.0
     need = math.log(config.accept_lower_bound) + float(scistats.t.ppf(0.5 + config.confidence / 2, pairs - 1)) * se
     return float(scistats.norm.sf((need - math.log(screen.ratio)) / se))
 
