@@ -256,3 +256,37 @@ def test_the_two_stage_kernel_campaign_figures_come_from_its_verified_log(tmp_pa
     committed = json.loads((RESULTS / "vllm-kernel-two-stage-h200-time.json").read_text())
     assert {k: v for k, v in timing.items() if k != "log_dir"} == {k: v for k, v in committed.items() if k != "log_dir"}
     assert timing["wall_s"] == 864.5 and timing["vllm_startup_s"] == 311.0 and "864.5 s" in text
+
+
+def test_main_job_run9_figures_and_what_the_confirmation_chance_says_of_its_screens(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 9: the verified log's verdicts, and the chance of a confirmation its two
+    passed screens had (harness.stats.confirm_chance, the screen's se recovered from its 95 % bounds)."""
+    import math
+
+    from scipy import stats as scistats
+
+    from harness.config import StatsConfig
+    from harness.stats import SpeedupCI, confirm_chance
+
+    with tarfile.open(RESULTS / "main-job-run9-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("gemma4-tiny-cpu-*")
+    summary = iteration_cells(log_dir)                       # exits unless the log verifies
+    assert summary["verified_records"] == 50
+    records = [json.loads(line) for line in (log_dir / "log.jsonl").read_text().splitlines()]
+    results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
+    assert [results[i]["outcome"] for i in (1, 2, 3)] == ["rejected", "rejected", "accepted"]
+    assert [results[i]["speedup_text"] for i in (1, 2, 3)] == [
+        "0.993x [0.966, 1.021]", "1.010x [0.981, 1.040]", "1.314x [1.273, 1.356]"]
+    (end,) = [r["payload"] for r in records if r["kind"] == "campaign.end"]
+    assert end["accepted"] == [3] and end["verdict"]["text"].startswith("best vs stock 1.326x [1.299, 1.355]")
+    t3 = float(scistats.t.ppf(0.975, 3))
+    chances = {}
+    for i in (1, 3):
+        screen = results[i]["screen"]
+        se = math.log(screen["ci_high"] / screen["ci_low"]) / (2 * t3)
+        chances[i] = confirm_chance(SpeedupCI(screen["speedup"], screen["ci_low"], screen["ci_high"], 4, se, 3), 8,
+                                    StatsConfig())
+    assert chances[1] < 0.02 and chances[3] > 0.999           # 1 %: no confirmation now; ~100 %: confirmed
+    text = (RESULTS / "main-job-runs.md").read_text()
+    assert "**1.326x [1.299, 1.355]**" in text and "0.993x [0.966, 1.021], 862 s" in text
