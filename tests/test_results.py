@@ -290,3 +290,17 @@ def test_main_job_run9_figures_and_what_the_confirmation_chance_says_of_its_scre
     assert chances[1] < 0.02 and chances[3] > 0.999           # 1 %: no confirmation now; ~100 %: confirmed
     text = (RESULTS / "main-job-runs.md").read_text()
     assert "**1.326x [1.299, 1.355]**" in text and "0.993x [0.966, 1.021], 862 s" in text
+
+
+def test_the_screen_chance_calibration_table_is_its_recorded_run() -> None:
+    """results/verdict-calibration.md, the screen's confirmation chance: the table is the committed resample's."""
+    data = json.loads((RESULTS / "calibration-screen-chance-gemma4-tiny-cpu.json").read_text())
+    before, shipped = (next(v for k, v in data["rules"].items() if k.startswith(p)) for p in ("screen at 4", "shipped"))
+    assert data["trials"] == 4000 and data["seed"] == 0 and data["stats"]["screen_confirm_chance"] == 0.2
+    text = (RESULTS / "verdict-calibration.md").read_text()
+    for rule in (before, shipped):
+        cells = [f"{rule['accept_rate']['1.00']:.1%}", f"{rule['committed_rate']['1.00']:.2%}",
+                 *(f"{rule['committed_rate'][e]:.1%}" for e in ("1.03", "1.05", "1.10"))]
+        row = " | ".join(c.replace("%", " %") for c in cells)
+        assert row in text.replace("**", ""), row
+    assert shipped["committed_rate"]["1.00"] == 0.0 and shipped["accept_rate"]["1.00"] < before["accept_rate"]["1.00"]
