@@ -16,6 +16,21 @@ from campaign_time import summarise  # noqa: E402
 from iteration_cells import iteration_cells, to_markdown  # noqa: E402
 
 
+def _redecided_log(tmp_path: Path, tgz: str, records: int) -> Path:
+    """A kernel campaign's committed log, unpacked: it verifies here with every gate decision re-decided under the
+    policies ratchet knows (no anchor: that stayed on the GPU host), and holds `records` records."""
+    from audit import verify
+    from policies import redecider
+    from policies.known import known_policies
+
+    with tarfile.open(RESULTS / tgz) as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("vllm-unified-attention-e2b-*")
+    checked = verify(log_dir, redecide=redecider(known_policies()))
+    assert checked.ok and checked.records == records, checked
+    return log_dir
+
+
 def test_the_h200_campaign_tables_come_from_its_verified_log(tmp_path: Path) -> None:
     with tarfile.open(RESULTS / "h200-serving-campaign-log.tgz") as tar:
         tar.extractall(tmp_path, filter="data")
@@ -38,16 +53,9 @@ def test_the_h200_campaign_tables_come_from_its_verified_log(tmp_path: Path) -> 
 def test_the_vllm_kernel_table_comes_from_its_verified_log(tmp_path: Path) -> None:
     """experiments/results/vllm-kernel-campaign-h200.md: its log verifies here (no anchor: that stayed on the GPU
     host), the final comparison in the log is the summary's, and the table's figures are the summary's."""
-    from audit import verify
     from audit.reader import payload_of, read_records
-    from policies import redecider
-    from policies.known import known_policies
 
-    with tarfile.open(RESULTS / "vllm-kernel-campaign-h200-log.tgz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    (log_dir,) = tmp_path.glob("vllm-unified-attention-e2b-*")
-    checked = verify(log_dir, redecide=redecider(known_policies()))
-    assert checked.ok and checked.records == 99, checked
+    log_dir = _redecided_log(tmp_path, "vllm-kernel-campaign-h200-log.tgz", 99)
     records = read_records(log_dir)
     prelude = payload_of(log_dir, next(r for r in records if r["kind"] == "prelude.result"))
     assert prelude["kept"] and prelude["overall"]["low"] < 1.0 < prelude["overall"]["high"]
@@ -220,16 +228,9 @@ def test_the_two_stage_kernel_campaign_figures_come_from_its_verified_log(tmp_pa
     result files give, and the cost figures are campaign_time's."""
     from comparison_runs import summarise as comparison
 
-    from audit import verify
     from audit.reader import payload_of, read_records
-    from policies import redecider
-    from policies.known import known_policies
 
-    with tarfile.open(RESULTS / "vllm-kernel-two-stage-h200-log.tgz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    (log_dir,) = tmp_path.glob("vllm-unified-attention-e2b-*")
-    checked = verify(log_dir, redecide=redecider(known_policies()))
-    assert checked.ok and checked.records == 54, checked
+    log_dir = _redecided_log(tmp_path, "vllm-kernel-two-stage-h200-log.tgz", 54)
     records = read_records(log_dir)
     final = payload_of(log_dir, next(r for r in records if r["kind"] == "final.result"))
     serving = payload_of(log_dir, next(r for r in records if r["kind"] == "serving.result"))
