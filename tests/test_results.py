@@ -199,15 +199,20 @@ def test_the_h200_stream_interval_round_figures_come_from_its_verified_log(tmp_p
             assert f"{cell['ratio']:.3f}× [{cell['low']:.3f}, {cell['high']:.3f}]" in text
 
 
+def _main_job_records(tmp_path: Path, run: int, verified: int) -> list[dict]:
+    """Main job run `run`'s committed log, unpacked: it verifies (iteration_cells exits unless it does) with
+    `verified` records; its records, in order."""
+    with tarfile.open(RESULTS / f"main-job-run{run}-log.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    (log_dir,) = tmp_path.glob("gemma4-tiny-cpu-*")
+    assert iteration_cells(log_dir)["verified_records"] == verified
+    return [json.loads(line) for line in (log_dir / "log.jsonl").read_text().splitlines()]
+
+
 def test_main_job_run8_figures_come_from_its_verified_log(tmp_path: Path) -> None:
     """results/main-job-runs.md, run 8: the screens, the confirmation that took the budget, and the estimate
     that left iteration 3 unconfirmed, as the verified log records them."""
-    with tarfile.open(RESULTS / "main-job-run8-log.tgz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    (log_dir,) = tmp_path.glob("gemma4-tiny-cpu-*")
-    summary = iteration_cells(log_dir)                       # exits unless the log verifies
-    assert summary["verified_records"] == 43
-    records = [json.loads(line) for line in (log_dir / "log.jsonl").read_text().splitlines()]
+    records = _main_job_records(tmp_path, 8, 43)
     results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
     assert [results[i]["speedup_text"] for i in (1, 2, 3)] == [
         "1.030x [0.837, 1.266]", "1.009x [0.990, 1.028]", "1.307x [1.202, 1.421]"]
@@ -269,12 +274,7 @@ def test_main_job_run9_figures_and_what_the_confirmation_chance_says_of_its_scre
     from harness.config import StatsConfig
     from harness.stats import SpeedupCI, confirm_chance
 
-    with tarfile.open(RESULTS / "main-job-run9-log.tgz") as tar:
-        tar.extractall(tmp_path, filter="data")
-    (log_dir,) = tmp_path.glob("gemma4-tiny-cpu-*")
-    summary = iteration_cells(log_dir)                       # exits unless the log verifies
-    assert summary["verified_records"] == 50
-    records = [json.loads(line) for line in (log_dir / "log.jsonl").read_text().splitlines()]
+    records = _main_job_records(tmp_path, 9, 50)
     results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
     assert [results[i]["outcome"] for i in (1, 2, 3)] == ["rejected", "rejected", "accepted"]
     assert [results[i]["speedup_text"] for i in (1, 2, 3)] == [
