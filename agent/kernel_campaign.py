@@ -48,7 +48,7 @@ from harness.stats import regressed_cells
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["KernelCampaign", "KernelEnd", "start_kernel_campaign"]
+__all__ = ["KernelCampaign", "KernelEnd", "kernel_request", "start_kernel_campaign"]
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -74,6 +74,15 @@ def _checks(entry: dict[str, Any]) -> dict[str, Any]:
     if "post" in entry:
         out["post"] = entry["post"]
     return out
+
+
+def kernel_request(spec: KernelSpec, builds: dict[str, Path], *, roofline: bool,
+                   shapes: list[ShapeConfig] | None = None) -> EvalRequest:
+    """One runner evaluation of `builds` (tag: tree) as the spec asks for it: the campaign's and its replay's."""
+    return EvalRequest(builds=builds, module=spec.target.kernel_file, entry=spec.target.entry,
+                       interface=spec.target.interface, shapes=shapes or spec.shapes, correctness=spec.correctness,
+                       timing=spec.timing, roofline=spec.roofline if roofline else None, device=spec.device,
+                       dtype=spec.dtype, seed=secrets.randbits(31))
 
 
 @dataclass
@@ -107,10 +116,7 @@ class KernelCampaign:
         self.gate.require({"kind": "run_command", "argv": runner_argv(work),
                            "env": runner_env(interpret=self.spec.interpret)}, iteration=iteration)
         s = self.spec
-        request = EvalRequest(builds=builds, module=self.kernel_file, entry=s.target.entry,
-                              interface=s.target.interface, shapes=shapes or s.shapes,
-                              correctness=s.correctness, timing=s.timing, roofline=s.roofline if roofline else None,
-                              device=s.device, dtype=s.dtype, seed=secrets.randbits(31))
+        request = kernel_request(s, builds, roofline=roofline, shapes=shapes)
         self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
         result = self.measure.kernel(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
         self.writer.append(records.KERNEL_EVALUATION, iteration=iteration, payload={

@@ -4,20 +4,26 @@ grid. The campaign's verdict rests on this A/B, as a serving campaign's rests on
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import records
 from agent.kernel_spec import KernelSpec
+from agent.measurements import Measurements
+from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
 from harness.errors import HarnessError
-from harness.measure import Build
+from harness.measure import ABResult, Build
 from sandbox.base import Backend
 from sandbox.errors import SandboxError
+from sandbox.workspace import Workspace
 
 if TYPE_CHECKING:
     from agent.kernel_campaign import KernelCampaign
 
-__all__ = ["load_serving_stage", "serving_backend", "serve_best"]
+__all__ = ["load_serving_stage", "serving_backend", "serve_best", "served_ab", "stage_servers"]
 
 
 def load_serving_stage(spec: KernelSpec) -> CampaignSpec | None:
@@ -40,47 +46,68 @@ def serving_backend(serving: CampaignSpec) -> Backend:
     return backend_from_config(serving.sandbox)
 
 
+def stage_servers(serving: CampaignSpec) -> list[tuple[str, dict[str, object]]]:
+    """The servers of the stage's A/B (tag, engine args): stock and best with the serving spec's engine args (the same
+    for both), and each one's parity server beside it when parity runs on a checkpoint of its own: no reference
+    generations here, so both builds' parity servers start with the speed servers, on ports of their own, instead of
+    running first (one start-up of ~2.5 minutes on an H200 saved)."""
+    engine_args = dict(serving.server.engine_args)
+    servers = [("A", engine_args), ("B", engine_args)]
+    if parity_server_alongside(serving):
+        parity_args = {**engine_args, **serving.parity.engine_args}
+        servers += [("A-parity", parity_args), ("B-parity", parity_args)]
+    return servers
+
+
+def served_ab(measure: Measurements, backend: Backend, serving: CampaignSpec, ws: Workspace, stock_ref: str,
+              best_ref: str, *, ports: dict[str, int], work_dir: Path, cache_dir: Path, repeats: int,
+              only: list[str] | None = None, progress: Callable[[str], None] = lambda _: None) -> ABResult:
+    """Stock (A) and best (B) checked out of `ws` and served side by side with the serving spec's server, parity
+    (held prompts and workload) and grid at `repeats` pairs (`only`: some of its cells): the campaign's serving
+    stage and its replay. The two trees are gone afterwards."""
+    engine_args = dict(serving.server.engine_args)
+    tree_a = ws.checkout_copy(stock_ref, work_dir / "tree-A")
+    tree_b = ws.checkout_copy(best_ref, work_dir / "tree-B")
+    try:
+        a = Build(tag="A", tree=tree_a, engine_args=engine_args, ref=stock_ref, cache_key=ws.tree_hash(stock_ref))
+        b = Build(tag="B", tree=tree_b, engine_args=engine_args, ref=best_ref, cache_key=ws.tree_hash(best_ref))
+        update: dict[str, object] = {"repeats": repeats}
+        if only:
+            update["only"] = list(only)
+        bench = serving.benchmark.model_copy(update=update)
+        bench.cells()   # ValueError naming the grid's cells when `only` names another
+        return measure.ab(backend, a, b, server=serving.server, bench=bench, stats_cfg=serving.stats,
+                          parity=serving.parity, work_dir=work_dir, cache_dir=cache_dir, ports=ports,
+                          progress=progress)
+    finally:
+        ws.remove_copy(tree_a)
+        ws.remove_copy(tree_b)
+
+
 def serve_best(camp: KernelCampaign, base_commit: str, serving: CampaignSpec, backend: Backend) -> dict[str, Any]:
-    """The kernel stage's best, end to end: the stock tree and the best one served side by side with the
-    serving spec's server (engine args as it sets them, the same for both), its held-prompt and workload
-    parity, and its grid at the strong repeats. The campaign's verdict rests on this A/B, as a serving
-    campaign's rests on its final comparison."""
+    """The kernel stage's best, end to end (`served_ab`, its servers gated), at the serving spec's strong repeats.
+    The campaign's verdict rests on this A/B, as a serving campaign's rests on its final comparison. The serving
+    spec is recorded whole, so that a replay needs only the log."""
     from agent.campaign import judge_ending
-    from agent.server_gate import gate_servers, parity_server_alongside
 
     camp.on_event("phase", {"phase": "serving: stock vs best, end to end"})
-    ws, work, it = camp.workspace, camp.log_dir / "runs" / "serving", camp.next_iteration
-    engine_args = dict(serving.server.engine_args)
-    tree_a = ws.checkout_copy(base_commit, work / "tree-A")
-    tree_b = ws.checkout_copy(camp.incumbent_ref, work / "tree-B")
+    work, it = camp.log_dir / "runs" / "serving", camp.next_iteration
     result, why = None, ""
     try:
-        a = Build(tag="A", tree=tree_a, engine_args=engine_args, ref=base_commit,
-                  cache_key=ws.tree_hash(base_commit))
-        b = Build(tag="B", tree=tree_b, engine_args=engine_args, ref=camp.incumbent_ref,
-                  cache_key=ws.tree_hash(camp.incumbent_ref))
-        servers = [("A", engine_args), ("B", engine_args)]
-        if parity_server_alongside(serving):
-            # no reference generations here: both builds' parity servers start beside the speed servers, on
-            # ports of their own, instead of running first (one start-up of ~2.5 minutes on an H200 saved)
-            parity_args = {**engine_args, **serving.parity.engine_args}
-            servers += [("A-parity", parity_args), ("B-parity", parity_args)]
-        ports = gate_servers(camp.gate, serving, servers, it)
-        bench = serving.benchmark.model_copy(update={"repeats": serving.benchmark.strong_repeats})
-        result = camp.measure.ab(backend, a, b, server=serving.server, bench=bench, stats_cfg=serving.stats,
-                                 parity=serving.parity, work_dir=work, cache_dir=camp.log_dir / "cache",
-                                 ports=ports, progress=lambda m: camp.on_event("phase", {"phase": f"  {m}"}))
+        ports = gate_servers(camp.gate, serving, stage_servers(serving), it)
+        result = served_ab(camp.measure, backend, serving, camp.workspace, base_commit, camp.incumbent_ref,
+                           ports=ports, work_dir=work, cache_dir=camp.log_dir / "cache",
+                           repeats=serving.benchmark.strong_repeats,
+                           progress=lambda m: camp.on_event("phase", {"phase": f"  {m}"}))
     except (HarnessError, SandboxError) as exc:   # recorded; the verdict then says the gain is not shown
         camp.writer.append(records.ERROR, iteration=it,
                            payload={"phase": "serving", "type": type(exc).__name__, "message": str(exc)[:4000]})
         why = f"{type(exc).__name__}: {str(exc)[:300]}"
-    finally:
-        ws.remove_copy(tree_a)
-        ws.remove_copy(tree_b)
     ending = judge_ending(1, result, why)
     payload: dict[str, Any] = {
         "verdict": {"status": ending.status, "text": ending.text}, "stock_ref": base_commit,
-        "best_ref": camp.incumbent_ref, "engine_args": engine_args, "repeats": serving.benchmark.strong_repeats,
+        "best_ref": camp.incumbent_ref, "engine_args": dict(serving.server.engine_args),
+        "repeats": serving.benchmark.strong_repeats, "spec": json.loads(serving.model_dump_json()),
         "overall": vars(result.overall) if result and result.overall else None,
         "cells": {label: vars(per["headline"]) for label, per in result.cells.items()} if result else {},
         "parity_ok": bool(result and result.parity and result.parity.ok),

@@ -8,6 +8,8 @@ replayed interval overlaps the recorded one (the grid's geo-mean; with `--cells`
 and the replayed lower bound clears 1.0 (a gain the replay cannot show is gone, whatever was recorded).
 Each step is a check with a distinct exit code, written as JUnit XML and a markdown summary. Decisions are
 re-decided under the policies ratchet shipped (policies/known.py), so a log outlives a policy change.
+A kernel campaign's log (its start record's kind "kernel") is replayed by agent/kernel_replay.py: the same checks
+and exit codes, its claims being kernel A/Bs and the serving stage's end-to-end A/B.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from agent import records
 from agent.environment import describe_environment
+from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
 from agent.spec import CampaignSpec
 from agent.target import target_record, workspace_source
@@ -40,7 +43,8 @@ from sandbox.base import Backend
 from sandbox.errors import SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["Exit", "Check", "ReplayResult", "replay", "claims", "reduced_grid", "ENV_KEYS"]
+__all__ = ["Exit", "Check", "CheckFn", "Claim", "ReplayResult", "replay", "claims", "rebuild", "reduced_grid",
+           "speedup_holds", "ENV_KEYS"]
 
 ENV_KEYS = ("vllm", "torch", "python", "machine", "cpu", "gpu")
 
@@ -77,6 +81,9 @@ class Claim:
     hypothesis: str
 
 
+CheckFn = Callable[[str, bool, str, Exit], bool]   # records a check (name, ok, detail, its exit code); returns ok
+
+
 @dataclass
 class ReplayResult:
     campaign: str
@@ -98,7 +105,9 @@ def claims(log_dir: Path) -> tuple[dict[str, Any], list[Claim], dict[str, Any]]:
     for r, b in bodies:
         if r["kind"] == records.ITERATION_RESULT and b.get("accepted"):
             it = int(r["iteration"])
-            cells = {label: per["headline"] for label, per in b.get("cells", {}).items()}
+            # a serving A/B's cells, or a kernel A/B's shapes (agent/kernel_replay.py)
+            cells = {label: per["headline"] for label, per in b.get("cells", {}).items()} or \
+                {name: sh["speedup"] for name, sh in b.get("shapes", {}).items()}
             out.append(Claim(iteration=it, diff=patches[it]["diff"], tree=str(b["tree"]), ratio=float(b["speedup"]),
                              low=float(b["ci_low"]), high=float(b["ci_high"]), cells=cells,
                              hypothesis=str(hyps.get(it, {}).get("hypothesis", ""))))
@@ -160,9 +169,11 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
         return ok
 
     start_records = [r for r in read_records(log_dir) if r.get("kind") == records.CAMPAIGN_START]
-    spec = CampaignSpec.model_validate(payload_of(log_dir, start_records[0])["spec"]) if start_records else None
+    opening = payload_of(log_dir, start_records[0]) if start_records else None
+    spec = _spec_of(opening)
     # the spec's policy as it is now, and every policy ratchet shipped (the log may predate a change)
-    policies = ([load_policy(spec.policy)] if spec and spec.policy.exists() else []) + known_policies()
+    policy = spec.policy_file if isinstance(spec, KernelSpec) else spec.policy if spec else None
+    policies = ([load_policy(policy)] if policy and policy.exists() else []) + known_policies()
     verdict = verify(log_dir, pubkey=pubkey, redecide=redecider(policies) if policies else None)
     if not check("log verifies", verdict.ok and spec is not None,
                  f"verified {verdict.records} records" if verdict.ok else
@@ -175,7 +186,8 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     recorded_env, current_env = start.get("environment", {}), describe_environment()
     drift = {k: (recorded_env.get(k), current_env.get(k)) for k in ENV_KEYS
              if recorded_env.get(k) != current_env.get(k)}
-    source = workspace_source(spec)   # vllm-image: the image's package as it is now, compared with the record
+    # vllm-image: the image's package as it is now, compared with the record
+    source = spec.target.source_dir if isinstance(spec, KernelSpec) else workspace_source(spec)
     recorded_image, current_image = start.get("target_image") or {}, target_record(source).get("target_image") or {}
     drift |= {f"image {k}": (recorded_image.get(k), current_image.get(k)) for k in ("image_id", "version", "path")
               if recorded_image.get(k) != current_image.get(k)}
@@ -188,6 +200,12 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     if not accepted:
         check("accepted patches", True, "the campaign accepted nothing: no claim to replay", Exit.OK)
         return result
+    if isinstance(spec, KernelSpec):
+        from agent.kernel_replay import replay_kernel
+
+        replay_kernel(log_dir, start, accepted, spec, check=check, backend_for=backend_for, work_dir=work_dir,
+                      cells=cells, repeats=repeats, tolerance=tolerance, progress=progress, measure=measure)
+        return result
 
     # Rebuild the accepted series on a clean workspace at the recorded base.
     ws_dir = work_dir / "workspace"
@@ -196,17 +214,9 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
     if not check("base tree matches", ws.tree_hash() == start["base_tree"],
                  f"base tree {ws.tree_hash()[:12]} vs recorded {str(start['base_tree'])[:12]}", Exit.PATCH_FAILED):
         return result
-    commits = [ws.head()]
-    for claim in accepted:
-        try:
-            ws.apply_patch(claim.diff)
-            commits.append(ws.commit(f"replay of iteration {claim.iteration}"))
-        except SandboxError as exc:
-            check(f"patch of iteration {claim.iteration} applies", False, str(exc), Exit.PATCH_FAILED)
-            return result
-        if not check(f"patch of iteration {claim.iteration} applies", ws.tree_hash() == claim.tree,
-                     f"tree {ws.tree_hash()[:12]} vs recorded {claim.tree[:12]}", Exit.PATCH_FAILED):
-            return result
+    commits = rebuild(ws, accepted, check)
+    if commits is None:
+        return result
 
     # Parity and speed: each accepted patch against its predecessor, parity of each candidate first.
     ref_path = log_dir / str(baseline["reference_file"])
@@ -238,6 +248,32 @@ def replay(log_dir: Path, *, backend_for: Callable[[CampaignSpec], Backend], wor
         ok, detail = speedup_holds(claim, ab.overall, ab.headline(), tolerance)
         check(f"speedup of iteration {claim.iteration}", ok, detail, Exit.SPEEDUP_GONE)
     return result
+
+
+def rebuild(ws: Workspace, accepted: list[Claim], check: CheckFn) -> list[str] | None:
+    """Apply the accepted patches in order on `ws` (at the recorded base), each commit's tree checked against its
+    recorded hash: [the head before them, then one commit per claim], or None when one fails (already checked)."""
+    commits = [ws.head()]
+    for claim in accepted:
+        try:
+            ws.apply_patch(claim.diff)
+            commits.append(ws.commit(f"replay of iteration {claim.iteration}"))
+        except SandboxError as exc:
+            check(f"patch of iteration {claim.iteration} applies", False, str(exc), Exit.PATCH_FAILED)
+            return None
+        if not check(f"patch of iteration {claim.iteration} applies", ws.tree_hash() == claim.tree,
+                     f"tree {ws.tree_hash()[:12]} vs recorded {claim.tree[:12]}", Exit.PATCH_FAILED):
+            return None
+    return commits
+
+
+def _spec_of(opening: dict[str, Any] | None) -> CampaignSpec | KernelSpec | None:
+    """The campaign's spec as its start record holds it: a kernel campaign's (kind "kernel") or a serving one's."""
+    if opening is None:
+        return None
+    if opening.get("kind") == "kernel":
+        return KernelSpec.model_validate(opening["spec"])
+    return CampaignSpec.model_validate(opening["spec"])
 
 
 def reduced_grid(bench: BenchmarkConfig, cells: list[str] | None, repeats: int) -> BenchmarkConfig:

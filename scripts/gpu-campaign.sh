@@ -7,6 +7,7 @@
 #   scripts/gpu-campaign.sh start     after scripts/gpu-stage.sh has gathered every bundle part: install the
 #                                     bundle (scripts/gpu-setup.sh), then start `ratchet run` in its own session,
 #                                     from a private copy of the repo, so it outlives the shell that started it
+#   scripts/gpu-campaign.sh replay    the same set-up, then `ratchet replay` of a committed campaign log (REPLAY_LOG)
 #   scripts/gpu-campaign.sh wait N    wait up to N s for it to end; print its progress
 #   scripts/gpu-campaign.sh collect   stop it if still running (SIGTERM: it stops its servers, checkpoints its log), verify the audit log,
 #                                     leave the log (tgz), the report and the console output in $OUT
@@ -40,6 +41,34 @@ running() { [ -f "$STATE/pid" ] && kill -0 "$(cat "$STATE/pid")" 2>/dev/null; }
 CKPT=/var/tmp/ratchet-e2b-shaped
 training() { [ -f "$STATE/train.pid" ] && kill -0 "$(cat "$STATE/train.pid")" 2>/dev/null; }
 
+prepare() {
+  # the checkout may be refreshed before the next command; the campaign reads its own copy (bundle parts left out)
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
+  cd "$SRC"
+  if [ -n "${SANDBOX_BACKEND:-}" ]; then
+    case "$SANDBOX_BACKEND" in auto|docker|bwrap|unisolated) ;; *) echo "SANDBOX_BACKEND: $SANDBOX_BACKEND?"; return 2;; esac
+    sed -i "s/^  backend: [a-z]*\( .*\)\?$/  backend: $SANDBOX_BACKEND   # SANDBOX_BACKEND (scripts\/gpu-campaign.sh)/" "$SPEC"
+    grep -q "^  backend: $SANDBOX_BACKEND " "$SPEC" || { echo "could not set sandbox.backend in $SPEC"; return 1; }
+    echo "sandbox.backend: $SANDBOX_BACKEND (set by SANDBOX_BACKEND for this campaign)" | tee -a "$STATE/gpu.txt"
+  fi
+  # Parity runs on the E2B-shaped checkpoint, trained on this host once (~6 min on an H200; measured with the
+  # host's transformers, before the bundle installs its own). The weights live outside the copied tree.
+  if training; then   # started by `train`: wait for it (set-up below would otherwise compete for the GPU)
+    SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || return 1
+    SETUP=true
+    echo "waiting for the parity checkpoint's training"; while training; do sleep 5; done
+    tail -5 "$STATE/train.log"
+  fi
+  if [ ! -f "$CKPT/model.safetensors" ]; then
+    python3 experiments/models/gemma4-e2b-shaped/train.py --out "$CKPT" > "$STATE/train.log" 2>&1 \
+      || { tail -20 "$STATE/train.log"; return 1; }
+  fi
+  cp "$CKPT/model.safetensors" experiments/models/gemma4-e2b-shaped/   # a copy: a sandbox mounts the folder, not a link's target
+  SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || return 1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee -a "$STATE/gpu.txt"
+}
+
 case "${1:-}" in
 train)
   if [ -f "$CKPT/model.safetensors" ] || training; then echo "checkpoint present or in training"; exit 0; fi
@@ -59,36 +88,12 @@ train)
   ;;
 start)
   T_START=$(date +%s)
-  rm -rf "$SRC" && mkdir -p "$SRC"
-  # the checkout may be refreshed before the next command; the campaign reads its own copy (bundle parts left out)
-  tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
-  cd "$SRC"
-  if [ -n "${SANDBOX_BACKEND:-}" ]; then
-    case "$SANDBOX_BACKEND" in auto|docker|bwrap|unisolated) ;; *) echo "SANDBOX_BACKEND: $SANDBOX_BACKEND?"; exit 2;; esac
-    sed -i "s/^  backend: [a-z]*\( .*\)\?$/  backend: $SANDBOX_BACKEND   # SANDBOX_BACKEND (scripts\/gpu-campaign.sh)/" "$SPEC"
-    grep -q "^  backend: $SANDBOX_BACKEND " "$SPEC" || { echo "could not set sandbox.backend in $SPEC"; exit 1; }
-    echo "sandbox.backend: $SANDBOX_BACKEND (set by SANDBOX_BACKEND for this campaign)" | tee -a "$STATE/gpu.txt"
-  fi
-  # Parity runs on the E2B-shaped checkpoint, trained on this host once (~6 min on an H200; measured with the
-  # host's transformers, before the bundle installs its own). The weights live outside the copied tree.
-  if training; then   # started by `train`: wait for it (set-up below would otherwise compete for the GPU)
-    SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
-    SETUP=true
-    echo "waiting for the parity checkpoint's training"; while training; do sleep 5; done
-    tail -5 "$STATE/train.log"
-  fi
-  if [ ! -f "$CKPT/model.safetensors" ]; then
-    python3 experiments/models/gemma4-e2b-shaped/train.py --out "$CKPT" > "$STATE/train.log" 2>&1 \
-      || { tail -20 "$STATE/train.log"; exit 1; }
-  fi
-  cp "$CKPT/model.safetensors" experiments/models/gemma4-e2b-shaped/   # a copy: a sandbox mounts the folder, not a link's target
-  SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || exit 1
+  prepare || exit 1
   # Baseline (two server starts) comes before the loop and is not on the loop's wall budget.
   # What set-up (and training) took comes off the budget too.
   LEFT=${GPU_TIME_LEFT_S:-${WINDOW_LEFT_S:-1500}}
   WALL=${WALL_S:-$(( LEFT - ($(date +%s) - T_START) - ${BASELINE_S:-420} - ${MARGIN_S:-120} ))}
   [ "$WALL" -ge 300 ] || { echo "GPU time too short: loop budget would be $WALL s; raise GPU_TIME_LEFT_S"; exit 1; }
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
   echo "loop wall budget: $WALL s" | tee -a "$STATE/gpu.txt"
   date +%s > "$STATE/started"
   if [ -n "${KERNEL_SPEC:-}" ]; then
@@ -103,6 +108,23 @@ start)
   sleep 20
   progress 20
   running && echo "campaign running (pid $(cat "$STATE/pid"))" || { echo "campaign exited early"; exit 1; }
+  ;;
+replay)
+  # `ratchet replay` of a committed campaign log (REPLAY_LOG: a .tgz under experiments/results/) on this host, in
+  # the background like `start`; REPLAY_ARGS go to `ratchet replay` (e.g. --repeats 6). `wait` and `collect` follow.
+  LOG_TGZ=$(realpath "${REPLAY_LOG:?REPLAY_LOG: the campaign log (.tgz) to replay}")
+  prepare || exit 1
+  rm -rf "$STATE/replayed" && mkdir -p "$STATE/replayed" && tar xzf "$LOG_TGZ" -C "$STATE/replayed"
+  log=$(ls -d "$STATE"/replayed/*/ | head -1)
+  date +%s > "$STATE/started"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 setsid nohup python3 -m agent.cli replay "$log" --work-dir "$STATE/replay-work" \
+    --junit "$STATE/replay-junit.xml" --summary "$STATE/replay-summary.md" ${REPLAY_ARGS:-} \
+    > "$STATE/campaign.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/pid"
+  sleep 20
+  progress 20
+  running && echo "replay running (pid $(cat "$STATE/pid"))" || { echo "replay exited early"; exit 1; }
   ;;
 wait)
   end=$(( $(date +%s) + ${2:-540} ))
@@ -123,7 +145,8 @@ collect)
     python3 -m agent.cli audit verify "$d" 2>&1 | tee -a "$OUT/verify.txt"
     cp "$d"/summary.md "$OUT/campaign-summary.md" 2>/dev/null
   done
-  cp "$STATE"/kernel-summary.json "$STATE"/kernel-summary.md "$OUT"/ 2>/dev/null
+  cp "$STATE"/kernel-summary.json "$STATE"/kernel-summary.md "$STATE"/replay-summary.md "$STATE"/replay-junit.xml \
+    "$OUT"/ 2>/dev/null
   # The benchmark datasets are left out (the seeds rebuild them); the client's detailed results stay. Files come back
   # from the host in pieces of at most 16 MiB: `cat campaign-log.tgz.part-* > campaign-log.tgz` puts them together.
   tar czf "$STATE/campaign-log.tgz" --exclude='tree-*' --exclude='cache' --exclude='prompts-*.jsonl' \
@@ -133,7 +156,7 @@ collect)
   ls -la "$OUT"
   ;;
 *)
-  echo "usage: $0 start|wait SECONDS|collect" >&2
+  echo "usage: $0 train|start|replay|wait SECONDS|collect" >&2
   exit 2
   ;;
 esac
