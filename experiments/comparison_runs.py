@@ -1,7 +1,8 @@
 """Per-cell paired ratios of every candidate to the incumbent, read straight from one comparison's bench folder
 (the client's own result files): for a comparison that was cut short, whose iterations have no audit record.
 Only complete pairs count (a repeat where both A and the candidate ran the cell); the interval is the same
-Student-t on paired log-ratios as the campaign's (harness.stats, 95 %).
+Student-t on paired log-ratios as the campaign's (harness.stats, 95 %). The output keeps each run's headline value
+(`values`), so a figure taken from it can be recomputed without the client's files.
 
     python experiments/comparison_runs.py RUN_DIR [--out FILE.json]
 
@@ -56,7 +57,11 @@ def summarise(run_dir: Path, incumbent: str = "A") -> dict[str, object]:
     cfg = StatsConfig(confidence=0.95)
     cells = sorted({cell for _, cell in runs})
     out: dict[str, object] = {"run_dir": str(run_dir), "runs": len([1 for v in runs.values() for _ in v]),
-                              "planned_runs": len(argvs), "candidates": {}}
+                              "planned_runs": len(argvs), "candidates": {},
+                              # each run's headline, by build and cell, in repeat order: the intervals' inputs
+                              "values": {tag: {cell: [runs[(tag, cell)][r] for r in sorted(runs[(tag, cell)])]
+                                               for t, cell in sorted(runs) if t == tag}
+                                         for tag in sorted({t for t, _ in runs})}}
     for tag in sorted({t for t, _ in runs} - {incumbent}):
         per_cell, head_a, head_b = {}, {}, {}
         for cell in cells:

@@ -305,3 +305,48 @@ def test_the_screen_chance_calibration_table_is_its_recorded_run() -> None:
         row = " | ".join(c.replace("%", " %") for c in cells)
         assert row in text.replace("**", ""), row
     assert shipped["committed_rate"]["1.00"] == 0.0 and shipped["accept_rate"]["1.00"] < before["accept_rate"]["1.00"]
+
+
+def test_the_two_stage_kernel_campaign_replay_figures_come_from_its_recorded_runs(tmp_path: Path) -> None:
+    """experiments/results/vllm-kernel-two-stage-h200-replay.md: every check of the replay held (its own summary);
+    the kernel tables are what the replay's runner results give, read as the campaign reads an A/B; the serving
+    table is what the replayed runs' headline values give, next to the campaign's recorded cells."""
+    import re
+
+    from kernel_ab_table import table
+
+    from harness.config import StatsConfig
+    from harness.stats import overall_ci, speedup_ci
+
+    saved = json.loads((RESULTS / "vllm-kernel-two-stage-h200-replay.json").read_text())
+    text = (RESULTS / "vllm-kernel-two-stage-h200-replay.md").read_text().replace("**", "")
+    with tarfile.open(RESULTS / "vllm-kernel-two-stage-h200-replay-runs.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    runs = tmp_path / "replay"
+    summary = (runs / "replay-summary.md").read_text()
+    assert "exit code: 0 (OK)" in summary and "**FAIL**" not in summary and saved["exit_code"] == 0
+    assert len(saved["checks"]) == 16 and all(c["ok"] and f"| {c['name']} | ok |" in summary for c in saved["checks"])
+    for run, tags in {"it1": ("A", "B"), "it2": ("A", "B"), "it3": ("A", "B"), "final": ("baseline", "best")}.items():
+        got = table(json.loads((runs / run / "result.json").read_text()), *tags)
+        assert got == saved["kernel"][run] and got["outcome"] == "accepted"
+    for check in saved["checks"]:   # the claims table holds what each replayed check said, recorded and replayed
+        if check["name"].startswith("speedup of") and "serving" not in check["name"]:
+            replayed, recorded = re.search(r"replayed (\S+x \[[^]]+\]).*recorded (\S+x \[[^]]+\])",
+                                           check["detail"]).groups()
+            assert f"| {recorded} | {replayed} |" in text, check
+    for shape in saved["kernel"]["final"]["shapes"].values():
+        line = next(line for line in text.splitlines()
+                    if f"| {shape['median_us_a']:,.1f} | {shape['median_us_b']:,.1f} |" in line)
+        assert f"{shape['ratio']:.3f}x [{shape['low']:.3f}, {shape['high']:.3f}]" in line, line
+    values, cells = saved["serving"]["values"], saved["serving"]["candidates"]["B"]["cells"]
+    cfg = StatsConfig(confidence=0.95)
+    assert all(len(values[tag][label]) == 6 for tag in "AB" for label in cells)   # 6 pairs of each cell
+    for label, cell in cells.items():
+        ci = speedup_ci(values["A"][label], values["B"][label], cfg)
+        assert (round(ci.ratio, 4), round(ci.low, 4), round(ci.high, 4)) == (cell["ratio"], cell["low"], cell["high"])
+        line = next(line for line in text.splitlines() if line.startswith(f"| {label} "))
+        assert f"| {cell['median_a']:,} | {cell['median_b']:,} | {ci.ratio:.3f}x [{ci.low:.3f}, {ci.high:.3f}] |" \
+            in line, line
+    overall = overall_ci(values["A"], values["B"], cfg)
+    assert f"| overall | | | {overall.ratio:.3f}x [{overall.low:.3f}, {overall.high:.3f}] |" in text
+    assert "speedup of the serving stage" in summary and f"replayed {overall.ratio:.3f}x" in summary
