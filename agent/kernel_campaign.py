@@ -11,7 +11,6 @@ benchmark client, and the baseline and final evaluations also measure the GPU's 
 from __future__ import annotations
 
 import hashlib
-import random
 import secrets
 import time
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from typing import Any
 
 from agent import records
 from agent.base import (
-    MAX_HISTORY_DETAIL,
     SHOWN_BUDGETS,
     CampaignState,
     GiveUp,
@@ -30,15 +28,17 @@ from agent.base import (
     Proposal,
     Proposer,
 )
-from agent.errors import ActionDenied, BudgetExhausted, CampaignError
+from agent.errors import BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
+from agent.iteration import classify, propose, record_outcome
+from agent.iteration import commit as commit_change
 from agent.kernel_serving import load_serving_stage, serve_best, serving_backend
 from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, open_campaign
 from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
 from agent.tools import GatedTools, to_unified_diff
-from audit import AuditError, AuditWriter
+from audit import AuditWriter
 from harness.errors import HarnessError
 from harness.kernel.compare import KernelAB, compare, failures_of
 from harness.kernel.config import ShapeConfig
@@ -261,27 +261,15 @@ class KernelCampaign:
         try:
             tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i,
                                kernel_check=KernelChecks(self, i))
-            got = self.proposer.propose(self._state(i), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
+            got = propose(self.proposer, self._state(i), tools, writer=self.writer, campaign_id=self.campaign_id,
+                          on_event=self.on_event)
             if isinstance(got, GiveUp):
                 return self._finish(i, "invalid", f"gave up: {got.reason}", None)
             proposal = got
-            self.writer.append(records.ITERATION_HYPOTHESIS, iteration=i, payload={
-                "hypothesis": got.hypothesis, "predicted_speedup": got.predicted_speedup, "source": got.source,
-                "proposer": self.proposer.name, "patch_format": got.patch_format})
-            self.on_event("hypothesis", {"text": got.hypothesis})
             return self._verify(i, got)
-        except (BudgetExhausted, AuditError):
-            raise
-        except ActionDenied as exc:
-            return self._finish(i, "denied", str(exc), proposal)
-        except PatchRejected as exc:
-            return self._finish(i, "invalid", f"patch rejected: {exc}", proposal)
-        except (HarnessError, SandboxError) as exc:
-            return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal)
-        except Exception as exc:  # the loop boundary: record and move on
-            self.writer.append(records.ERROR, iteration=i,
-                               payload={"type": type(exc).__name__, "message": str(exc)[:4000]})
-            return self._finish(i, "failed", f"{type(exc).__name__}: {exc}", proposal)
+        except Exception as exc:   # the loop boundary: its outcome, unless the budget or the log ended
+            outcome, reason = classify(self.writer, i, exc)
+            return self._finish(i, outcome, reason, proposal)
 
     def _verify(self, i: int, proposal: Proposal) -> tuple[Outcome, str]:
         ws = self.workspace
@@ -301,36 +289,25 @@ class KernelCampaign:
         return self._finish(i, ab.outcome, ab.reason, proposal, ab=ab, result=result, commit=commit)
 
     def _commit(self, i: int, proposal: Proposal, ab: KernelAB) -> str:
-        trailers = [f"Ratchet-Campaign: {self.campaign_id}", f"Ratchet-Iteration: {i}",
-                    f"Ratchet-Speedup: {ab.overall}", f"Ratchet-Predicted: {proposal.predicted_speedup}",
-                    f"Ratchet-Audit-Seq: {self.writer.next_seq}"]
-        trailers += [f"Ratchet-Shape: {name} {ci}" for name, ci in ab.shapes.items()]
         title = (proposal.source.removeprefix("kernel-search:") if proposal.source.startswith("kernel-search:")
                  else proposal.hypothesis.splitlines()[0])[:120]
-        return self.workspace.commit(f"ratchet: {title}\n\n{proposal.hypothesis}\n\n" + "\n".join(trailers))
+        return commit_change(self.workspace, self.writer, campaign_id=self.campaign_id, iteration=i,
+                             proposal=proposal, title=title, speedup=ab.overall,
+                             per=[f"Ratchet-Shape: {name} {ci}" for name, ci in ab.shapes.items()])
 
     def _finish(self, i: int, outcome: Outcome, reason: str, proposal: Proposal | None, *, ab: KernelAB | None = None,
                 result: dict[str, Any] | None = None, commit: str | None = None) -> tuple[Outcome, str]:
-        payload: dict[str, Any] = {"accepted": outcome == "accepted", "parity_ok": ab.correct if ab else False,
-                                   "outcome": outcome, "reason": reason, "commit": commit,
-                                   "hypothesis": proposal.hypothesis if proposal else "",
-                                   "source": proposal.source if proposal else "",
-                                   "predicted_speedup": proposal.predicted_speedup if proposal else None}
-        if commit:
-            payload["tree"] = self.workspace.tree_hash(commit)
+        figures: dict[str, Any] = {}
         if ab is not None and ab.overall is not None and result is not None:
             medians = {n: {tag: sh["builds"][tag]["median_us"] for tag in ("A", "B")}
                        for n, sh in result["shapes"].items()}
-            payload.update(speedup=ab.overall.ratio, ci_low=ab.overall.low, ci_high=ab.overall.high,
+            figures.update(speedup=ab.overall.ratio, ci_low=ab.overall.low, ci_high=ab.overall.high,
                            speedup_text=str(ab.overall),
                            shapes={n: {"speedup": vars(ci), "median_us_A": medians[n]["A"],
                                        "median_us_B": medians[n]["B"]} for n, ci in ab.shapes.items()})
-        self.writer.append(records.ITERATION_RESULT, iteration=i, payload=payload)
-        entry = HistoryEntry(iteration=i, hypothesis=payload["hypothesis"], outcome=outcome,
-                             speedup=payload.get("speedup_text"), predicted_speedup=payload["predicted_speedup"],
-                             detail=reason[:MAX_HISTORY_DETAIL], source=payload["source"])
-        self.history.append(entry)
-        self.on_event("result", {"entry": entry})
+        record_outcome(self.writer, self.history, self.on_event, i, outcome, reason, proposal, commit=commit,
+                       parity_ok=ab.correct if ab else False,
+                       tree=self.workspace.tree_hash(commit) if commit else None, figures=figures)
         return outcome, reason
 
     def final(self, base_commit: str) -> dict[str, Any] | None:

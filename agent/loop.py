@@ -15,7 +15,6 @@ union bound a campaign of K iterations at most K times that. Measured on recorde
 
 from __future__ import annotations
 
-import random
 import socket
 import time
 from collections.abc import Callable
@@ -26,8 +25,6 @@ from typing import Any
 
 from agent import records
 from agent.base import (
-    MAX_HISTORY_DETAIL,
-    MAX_HISTORY_PATCH,
     SHOWN_BUDGETS,
     CampaignState,
     GiveUp,
@@ -35,13 +32,14 @@ from agent.base import (
     Outcome,
     Proposal,
     Proposer,
-    cell_lines,
 )
 from agent.environment import proposer_context
 from agent.errors import ActionDenied, BudgetExhausted
-from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor, WorkerLost
+from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
+from agent.iteration import classify, propose, record_outcome
+from agent.iteration import commit as commit_change
 from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
@@ -49,7 +47,7 @@ from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
 from audit import AuditError, AuditWriter
 from harness.engine_args import spec_owned_changes
-from harness.errors import HarnessError, MeasurementTampered, PortInUse
+from harness.errors import HarnessError, PortInUse
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build
 from harness.parity import Generation
@@ -58,7 +56,7 @@ from harness.stats import Verdict, decide
 from policies import Policy
 from policies.diffparse import parse_patch
 from sandbox.base import Backend
-from sandbox.errors import PatchRejected, SandboxError
+from sandbox.errors import PatchRejected
 from sandbox.workspace import SERVING_FILE, Workspace
 
 __all__ = ["Campaign", "Confirmation", "IterationOutcome"]
@@ -317,14 +315,8 @@ class Campaign:
     def _propose(self, i: int, pending: list[HistoryEntry]) -> Proposal | GiveUp:
         self.on_event("phase", {"phase": "propose"})
         tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i, trial=self._trials(i))
-        result = self.proposer.propose(self._state(i, pending), tools, rng=random.Random(f"{self.campaign_id}:{i}"))
-        if isinstance(result, Proposal):
-            self.writer.append(records.ITERATION_HYPOTHESIS, iteration=i, payload={
-                "hypothesis": result.hypothesis, "predicted_speedup": result.predicted_speedup,
-                "target_cells": list(result.target_cells), "source": result.source, "proposer": self.proposer.name,
-                "patch_format": result.patch_format})
-            self.on_event("hypothesis", {"text": result.hypothesis})
-        return result
+        return propose(self.proposer, self._state(i, pending), tools, writer=self.writer,
+                       campaign_id=self.campaign_id, on_event=self.on_event)
 
     def _prepare(self, i: int, proposal: Proposal, reserved: list[int]
                  ) -> tuple[EvalJob, str, Future[str | None] | None]:
@@ -469,21 +461,7 @@ class Campaign:
                                               f"retrying (attempt {job.attempt + 1})"})
 
     def _classify(self, i: int, exc: BaseException) -> tuple[Outcome, str]:
-        """An error during an iteration becomes its outcome; only a budget end or an unwritable log stop
-        the campaign."""
-        if isinstance(exc, (BudgetExhausted, AuditError)):
-            raise exc
-        if isinstance(exc, ActionDenied):
-            return "denied", str(exc)
-        if isinstance(exc, PatchRejected):
-            return "invalid", f"patch rejected: {exc}"
-        if isinstance(exc, MeasurementTampered):
-            return "tampered", f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, (HarnessError, SandboxError, WorkerLost)):
-            return "failed", f"{type(exc).__name__}: {exc}"
-        # the loop boundary: record and move on, never crash the campaign
-        self.writer.append(records.ERROR, payload={"type": type(exc).__name__, "message": str(exc)[:4000]}, iteration=i)
-        return "failed", f"{type(exc).__name__}: {exc}"
+        return classify(self.writer, i, exc)
 
     def _settle(self, items: list[_Pending], evals: dict[int, EvalOutcome]) -> list[IterationOutcome]:
         """Judge and record in iteration order. Every candidate of a round was measured against the same
@@ -626,14 +604,11 @@ class Campaign:
 
     def _commit(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> str:
         assert result.overall is not None and result.parity is not None
-        title = proposal.hypothesis.splitlines()[0][:72]
-        trailers = [f"Ratchet-Campaign: {self.campaign_id}", f"Ratchet-Iteration: {i}",
-                    f"Ratchet-Speedup: {result.overall}", f"Ratchet-Parity: {result.parity.candidate_digest}",
-                    f"Ratchet-Predicted: {proposal.predicted_speedup}",
-                    f"Ratchet-Audit-Seq: {self.writer.next_seq}"]
-        trailers += [f"Ratchet-Cell: {label} {ci}" for label, ci in result.headline().items()]
         self.workspace.apply_patch(diff)
-        commit = self.workspace.commit(f"ratchet: {title}\n\n{proposal.hypothesis}\n\n" + "\n".join(trailers))
+        commit = commit_change(self.workspace, self.writer, campaign_id=self.campaign_id, iteration=i,
+                               proposal=proposal, title=proposal.hypothesis.splitlines()[0][:72],
+                               speedup=result.overall, evidence=[f"Ratchet-Parity: {result.parity.candidate_digest}"],
+                               per=[f"Ratchet-Cell: {label} {ci}" for label, ci in result.headline().items()])
         self.incumbent_ref = commit
         self.incumbent_rows = result.b.table(self.spec.benchmark.cells())
         self.resolve_defaults()
@@ -645,16 +620,9 @@ class Campaign:
                 screen_placement: dict[str, Any] | None = None) -> IterationOutcome:
         """Record an iteration's outcome. With a confirmation, `result` is the confirmation (the evidence)
         and `screen` the A/B that selected the candidate (kept beside it, never its evidence)."""
-        payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted",
-                                   "reason": reason[:MAX_HISTORY_DETAIL],
-                                   "parity_ok": bool(result and result.parity and result.parity.ok),
-                                   "commit": commit, "source": proposal.source if proposal else ""}
+        payload: dict[str, Any] = {}
         if placement:
             payload["placement"] = placement   # which node, host and GPU measured both sides of this A/B
-        if commit:
-            payload["tree"] = self.workspace.tree_hash(commit)   # replay checks it rebuilds this exact tree
-        if proposal is None:
-            payload["hypothesis"] = ""
         if result is not None and result.overall is not None:
             head_a = [r for r in result.a.runs]
             payload.update(speedup=result.overall.ratio, ci_low=result.overall.low, ci_high=result.overall.high,
@@ -669,15 +637,9 @@ class Campaign:
                                  "ci_low": screen.overall.low, "ci_high": screen.overall.high,
                                  "cells": {label: str(ci) for label, ci in screen.headline().items()},
                                  "placement": dict(screen_placement or {})}
-        self.writer.append(records.ITERATION_RESULT, iteration=i, payload=payload)
-        entry = HistoryEntry(iteration=i, hypothesis=proposal.hypothesis if proposal else "", outcome=outcome,
-                             speedup=payload.get("speedup_text"),
-                             predicted_speedup=proposal.predicted_speedup if proposal else None,
-                             detail=reason[:MAX_HISTORY_DETAIL], source=proposal.source if proposal else "",
-                             patch=(proposal.patch if proposal else "")[:MAX_HISTORY_PATCH],
-                             cells=cell_lines(payload))
-        self.history.append(entry)
-        self.on_event("result", {"entry": entry})
+        record_outcome(self.writer, self.history, self.on_event, i, outcome, reason, proposal, commit=commit,
+                       parity_ok=bool(result and result.parity and result.parity.ok),
+                       tree=self.workspace.tree_hash(commit) if commit else None, figures=payload)
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,
                                 placement=dict(placement or {}))
 
