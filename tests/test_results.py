@@ -350,3 +350,23 @@ def test_the_two_stage_kernel_campaign_replay_figures_come_from_its_recorded_run
     overall = overall_ci(values["A"], values["B"], cfg)
     assert f"| overall | | | {overall.ratio:.3f}x [{overall.low:.3f}, {overall.high:.3f}] |" in text
     assert "speedup of the serving stage" in summary and f"replayed {overall.ratio:.3f}x" in summary
+
+
+def test_main_job_run10_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 10: the verified log's screens, its one confirmation and the final comparison."""
+    records = _main_job_records(tmp_path, 10, 46)
+    results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
+    assert [results[i]["outcome"] for i in (1, 2, 3)] == ["rejected", "rejected", "accepted"]
+    assert [r["iteration"] for r in records if r["kind"] == "iteration.confirm"] == [3]   # one confirmation
+    text = (RESULTS / "main-job-runs.md").read_text()
+    run10 = text[text.index("## Run 10"):]
+    for i in (1, 2):
+        assert f"| {results[i]['speedup_text']} | — | rejected" in run10
+    assert f"| {results[3]['screen']['speedup_text']}, passed | **{results[3]['speedup_text']}**" in run10
+    (end,) = [r["payload"] for r in records if r["kind"] == "campaign.end"]
+    final = end["final"]
+    assert end["accepted"] == [3] and end["verdict"]["status"] == "improved"
+    overall = final["overall"]
+    assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in run10
+    below = [label for label, ci in final["cells"].items() if ci["low"] < 1.0]
+    assert below == ["in128/out1"] and "in128/out1, at 1.155x [0.924, 1.445]" in run10
