@@ -24,7 +24,7 @@ from agent.kernel_serving import served_ab, stage_servers
 from agent.kernel_spec import KernelSpec
 from agent.measurements import Measurements
 from agent.opening import file_sha256
-from agent.replay import CheckFn, Claim, Exit, rebuild, speedup_holds
+from agent.replay import CheckFn, Claim, Exit, rebuild, reduced_grid, speedup_holds
 from agent.server_gate import pick_port
 from agent.spec import CampaignSpec
 from audit.reader import payload_of, read_records
@@ -43,6 +43,15 @@ def replay_kernel(log_dir: Path, start: dict[str, Any], accepted: list[Claim], s
     prelude = next((b for r, b in bodies if r["kind"] == records.PRELUDE_RESULT), None)
     final = next((b for r, b in bodies if r["kind"] == records.FINAL_RESULT), None)
     served = next((b for r, b in bodies if r["kind"] == records.SERVING_RESULT), None)
+    claimed = served is not None and (served.get("verdict") or {}).get("status") == "improved" \
+        and bool(served.get("overall"))
+    serving = _serving_spec(served, spec) if claimed and served is not None else None
+    if claimed and serving is None:
+        check("serving stage's spec", False, f"the log does not hold the serving spec and {spec.serving} is not "
+                                             "here", Exit.USAGE)
+        return
+    if serving is not None and cells:
+        reduced_grid(serving.benchmark, cells, repeats)   # ValueError naming the grid's cells, before anything runs
 
     ws_dir = work_dir / "workspace"
     shutil.rmtree(ws_dir, ignore_errors=True)
@@ -77,15 +86,10 @@ def replay_kernel(log_dir: Path, start: dict[str, Any], accepted: list[Claim], s
 
     if served is None:
         return
-    if (served.get("verdict") or {}).get("status") != "improved" or not served.get("overall"):
+    if serving is None:
         check("serving stage", True, f"the campaign's end-to-end A/B claimed no gain "
                                      f"({(served.get('verdict') or {}).get('text', 'no verdict')[:300]}): "
                                      "nothing to replay there", Exit.OK)
-        return
-    serving = _serving_spec(served, spec)
-    if serving is None:
-        check("serving stage's spec", False, f"the log does not hold the serving spec and {spec.serving} is not "
-                                             "here", Exit.USAGE)
         return
     progress("the serving stage: stock vs best served end to end, parity first")
     ports: dict[str, int] = {}

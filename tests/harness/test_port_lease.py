@@ -78,7 +78,7 @@ def test_a_free_port_taken_between_pick_and_check_is_picked_again(monkeypatch: p
     with pytest.raises(LaunchFailed):
         _serve(backend, tmp_path)
     assert len(backend.ports) == 1 and backend.ports[0] not in taken
-    assert not port_is_leased(backend.ports[0])   # the lease ended with the failed start
+    assert not port_is_leased(backend.ports[0])   # the port is free to others again after the failed start
     for s in listeners:
         s.close()
 
