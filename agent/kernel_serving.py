@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from agent import records
 from agent.kernel_spec import KernelSpec
 from agent.measurements import Measurements
+from agent.replay import reduced_grid
 from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
 from harness.errors import HarnessError
@@ -71,11 +72,7 @@ def served_ab(measure: Measurements, backend: Backend, serving: CampaignSpec, ws
     try:
         a = Build(tag="A", tree=tree_a, engine_args=engine_args, ref=stock_ref, cache_key=ws.tree_hash(stock_ref))
         b = Build(tag="B", tree=tree_b, engine_args=engine_args, ref=best_ref, cache_key=ws.tree_hash(best_ref))
-        update: dict[str, object] = {"repeats": repeats}
-        if only:
-            update["only"] = list(only)
-        bench = serving.benchmark.model_copy(update=update)
-        bench.cells()   # ValueError naming the grid's cells when `only` names another
+        bench = reduced_grid(serving.benchmark, only, repeats)   # ValueError naming the grid's cells
         return measure.ab(backend, a, b, server=serving.server, bench=bench, stats_cfg=serving.stats,
                           parity=serving.parity, work_dir=work_dir, cache_dir=cache_dir, ports=ports,
                           progress=progress)
