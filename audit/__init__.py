@@ -5,7 +5,7 @@ Public API (see audit/README.md):
     AuditWriter.open(dir, *, campaign, key_path=None, anchor_dir=None) -> AuditWriter
         .append(kind, *, payload, iteration, action_id, decision, rule, policy_sha256) -> Appended
         .checkpoint() -> Appended; .close(checkpoint=True)
-    verify(dir, *, pubkey=None, redecide=None, anchor=None, expect_seq=None) -> VerifyResult
+    verify(dir, *, pubkey=None, redecide=None, anchor=None, expect_seq=None, open_tail=False) -> VerifyResult
     show(dir); write_report(dir) -> (report.html, summary.md)
 """
 

@@ -79,6 +79,33 @@ def test_a_tail_cut_without_its_checkpoint_is_detected(campaign: Any, tools: Too
     assert result.bad_seq == len(lines) - 4
 
 
+def test_a_killed_writers_unsigned_tail_is_allowed_only_as_asked_and_still_checked(
+    setup: Any, tools: Tools
+) -> None:
+    """open_tail: what a resume reads (the records after the last checkpoint, a torn last line); the chain, the
+    signatures before it and the anchor are still checked there."""
+    log = AuditWriter.open(setup.dir, campaign="c1", key_path=setup.key, anchor_dir=setup.anchors)
+    for n in range(3):
+        log.append("note", payload={"n": n})
+    signed = log.checkpoint().seq
+    for n in range(3, 6):
+        log.append("note", payload={"n": n})
+    log.close(checkpoint=False)                  # what a kill leaves: records after the last checkpoint...
+    with (setup.dir / "log.jsonl").open("ab") as handle:
+        handle.write(b'{"v":1,"seq":')           # ...and an append cut short
+    assert not verify(setup.dir, anchor=setup.anchor).ok
+    assert verify(setup.dir, anchor=setup.anchor, open_tail=True).ok
+    lines = tools["lines"](setup.dir)
+    changed = list(lines)
+    changed[signed + 1] = changed[signed + 1].replace(b'"n":3', b'"n":4')   # a record of the unsigned tail
+    tools["write"](setup.dir, changed)
+    result = verify(setup.dir, anchor=setup.anchor, open_tail=True)
+    assert (result.ok, result.bad_seq) == (False, signed + 1), result
+    tools["write"](setup.dir, lines[:signed])    # cut back before the anchored checkpoint
+    cut = verify(setup.dir, anchor=setup.anchor, open_tail=True)
+    assert not cut.ok and "truncated" in cut.reason
+
+
 def test_a_tail_cut_back_to_an_earlier_checkpoint_is_detected_by_the_anchor(
     campaign: Any, tools: Tools
 ) -> None:
