@@ -16,7 +16,8 @@ from agent.errors import BudgetExhausted, CampaignError
 from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
-from agent.journal import read_journal
+from agent.iteration import INTERRUPTED
+from agent.journal import read_journal, restore_workspace
 from agent.loop import Campaign, Event
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, new_campaign_id, open_campaign
@@ -254,12 +255,10 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     with AuditWriter.open(log_dir, campaign=journal.campaign,
                           header={"isolation": isolation_label(spec.sandbox)}) as writer:
         ws = Workspace.open(journal.workspace, spec.target.package)
-        ws.repo.git.worktree("prune")
-        ws.repo.git.checkout("-q", "-f", journal.branch)
-        ws.reset(journal.incumbent_ref)
+        discarded = restore_workspace(ws, journal, log_dir / "runs")
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))
         writer.append(records.CAMPAIGN_RESUME, payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
-                                                  "reaped_containers": containers,
+                                                  "reaped_containers": containers, "discarded": discarded,
                                                   "next_iteration": max(journal.last_iteration,
                                                                         journal.open_iteration or 0) + 1})
         backend = backend_for(spec)
@@ -287,7 +286,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         executor=executor, measurement=measurement, measure=measure, round_basis=basis,
                         served=served_environment(journal.target_image))
         for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
-            camp._finish(it, "failed", "interrupted (crash or kill); resumed", proposal=None)
+            camp._finish(it, "failed", INTERRUPTED, proposal=None)
         if journal.open_iterations:
             writer.checkpoint()
         camp.resolve_defaults()

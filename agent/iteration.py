@@ -30,9 +30,13 @@ from harness.errors import HarnessError, MeasurementTampered
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["propose", "classify", "commit", "record_outcome"]
+__all__ = ["INTERRUPTED", "propose", "classify", "commit", "record_outcome"]
 
 Event = Callable[[str, dict[str, Any]], None]
+
+# The outcome's reason of an iteration a crash or a kill cut short (a hypothesis and no result), recorded once by
+# the resume that finds it (agent/campaign.py, agent/kernel_resume.py); its outcome is "failed".
+INTERRUPTED = "interrupted (crash or kill); resumed"
 
 
 def propose(proposer: Proposer, state: CampaignState, tools: GatedTools, *, writer: AuditWriter, campaign_id: str,

@@ -1,5 +1,7 @@
 """Reading a campaign back from its audit log: what `ratchet resume` needs to continue exactly where
-the log ends (the log is the only state; nothing else is trusted after a crash)."""
+the log ends (the log is the only state; nothing else is trusted after a crash), and the check that the log is
+intact before a resume trusts it. Serving and kernel campaigns (agent/kernel_resume.py) read the same journal: the
+kernel's own steps outside the loop (prelude, final comparison, serving stage) are read back as recorded."""
 
 from __future__ import annotations
 
@@ -10,9 +12,13 @@ from typing import Any
 from agent import records
 from agent.base import MAX_HISTORY_DETAIL, MAX_HISTORY_PATCH, HistoryEntry, cell_lines
 from agent.errors import CampaignError
+from audit import anchor_path, default_anchor_dir, default_key_path, verify
 from audit.reader import payload_of, read_records
+from policies import load_policy, redecider
+from policies.known import known_policies
+from sandbox.workspace import Workspace
 
-__all__ = ["Journal", "read_journal"]
+__all__ = ["Journal", "read_journal", "restore_workspace", "verify_for_resume"]
 
 
 @dataclass
@@ -35,10 +41,21 @@ class Journal:
     profile: str | None = None
     measurement_sha256: str | None = None     # the measurement path's digest when the campaign began
     target_image: dict[str, Any] | None = None    # vllm-image: the image and vLLM the workspace was copied from
+    start: dict[str, Any] = field(default_factory=dict)   # the campaign.start payload
+    last_round_s: float = 0.0       # the wall seconds the last round (iteration) spent: what the loop plans with
+    prelude: dict[str, Any] | None = None     # kernel: the prelude.result payload
+    final: dict[str, Any] | None = None       # kernel: the final.result payload
+    final_failed: bool = False                # the final comparison ran and failed (its error is recorded)
+    served: dict[str, Any] | None = None      # kernel: the serving.result payload
 
     @property
     def open_iteration(self) -> int | None:
         return max(self.open_iterations) if self.open_iterations else None
+
+    @property
+    def kind(self) -> str:
+        """The campaign's target as its start record names it: "kernel", else a serving campaign."""
+        return str(self.start.get("kind") or "serving")
 
 
 def read_journal(directory: Path) -> Journal:
@@ -52,7 +69,7 @@ def read_journal(directory: Path) -> Journal:
     journal = Journal(campaign=str(start["campaign"]), spec_path=Path(p["spec_path"]), spec=p["spec"],
                       workspace=Path(p["workspace"]), branch=str(p["branch"]), proposer=str(p["proposer"]),
                       base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]),
-                      measurement_sha256=p.get("measurement_sha256"), target_image=p.get("target_image"))
+                      measurement_sha256=p.get("measurement_sha256"), target_image=p.get("target_image"), start=p)
     hypotheses: dict[int, dict[str, Any]] = {}
     patches: dict[int, str] = {}
     for record in log:
@@ -62,11 +79,23 @@ def read_journal(directory: Path) -> Journal:
         body = payload_of(directory, record)
         if kind == records.BASELINE_RESULT:
             journal.baseline = body
-            journal.incumbent_rows = list(body["cells"])
+            journal.incumbent_rows = list(body.get("cells", ()))   # a kernel baseline has shapes instead
         elif kind == records.ACTION and body.get("action", {}).get("kind") == "spend" \
                 and record.get("decision") == "allow":
             action = body["action"]
             journal.spent[action["resource"]] = journal.spent.get(action["resource"], 0.0) + float(action["amount"])
+            if action["resource"] == "wall_seconds" and isinstance(it, int) and it >= 1:
+                journal.last_round_s = float(action["amount"])
+        elif kind == records.PRELUDE_RESULT:
+            journal.prelude = body
+            if body.get("kept") and body.get("commit"):
+                journal.incumbent_ref = str(body["commit"])
+        elif kind == records.FINAL_RESULT:
+            journal.final = body
+        elif kind == records.ERROR and body.get("phase") == "final":
+            journal.final_failed = True
+        elif kind == records.SERVING_RESULT:
+            journal.served = body
         elif kind == records.ITERATION_HYPOTHESIS and isinstance(it, int):
             hypotheses[it] = body
             journal.open_iterations.append(it)
@@ -91,3 +120,33 @@ def read_journal(directory: Path) -> Journal:
         elif kind == records.CAMPAIGN_END:
             journal.ended = True
     return journal
+
+
+def verify_for_resume(directory: Path, journal: Journal, policy: Path) -> None:
+    """Fail closed unless the log is as its killed writer left it: every record chained to the one before, every
+    checkpoint's signature good, the anchor kept beside the key (when there is one) still in the log, every gate
+    decision re-decided the same (under `policy` or a policy ratchet shipped). Only the records after the last
+    checkpoint may be unsigned and the last line torn: that is what a kill leaves."""
+    anchor = anchor_path(default_anchor_dir(default_key_path()), journal.campaign)
+    policies = ([load_policy(policy)] if policy.is_file() else []) + known_policies()
+    checked = verify(directory, redecide=redecider(policies), anchor=anchor if anchor.exists() else None,
+                     open_tail=True)
+    if not checked.ok:
+        raise CampaignError(f"{directory / 'log.jsonl'} does not verify (seq {checked.bad_seq}: {checked.reason}): "
+                            f"a campaign resumes only from an intact log; `ratchet audit verify {directory}` shows "
+                            "where it was changed; start a new campaign instead")
+
+
+def restore_workspace(ws: Workspace, journal: Journal, scratch: Path) -> dict[str, Any]:
+    """The workspace as the log says it is: the killed run's trees under `scratch` (its runs folder) removed, the
+    campaign branch checked out at the incumbent, nothing uncommitted: the work of an iteration cut short, and a
+    commit the log does not record as accepted, are dropped. Returns what was dropped, for the resume record."""
+    dirty = not ws.is_clean()
+    ws.repo.git.worktree("prune")
+    for tree in ws.copies():
+        if tree.is_relative_to(scratch.resolve()):
+            ws.remove_copy(tree)
+    ws.repo.git.checkout("-q", "-f", journal.branch)
+    head = ws.head()
+    ws.reset(journal.incumbent_ref)
+    return {"uncommitted": dirty, "head": head if head != journal.incumbent_ref else None}

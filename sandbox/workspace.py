@@ -222,3 +222,9 @@ class Workspace:
 
     def remove_copy(self, dest: Path) -> None:
         self.repo.git.worktree("remove", "--force", str(dest.resolve()))
+
+    def copies(self) -> list[Path]:
+        """The trees `checkout_copy` made that git still lists (a killed campaign leaves its candidates' behind)."""
+        listed = self.repo.git.worktree("list", "--porcelain").splitlines()
+        paths = [Path(line.removeprefix("worktree ")).resolve() for line in listed if line.startswith("worktree ")]
+        return [p for p in paths if p != self.root.resolve()]

@@ -42,7 +42,7 @@ def test_history_incumbent_and_spending_come_back_from_the_log(tmp_path: Path) -
     assert [(h.iteration, h.outcome, h.source, h.speedup) for h in j.history] == \
         [(1, "accepted", "search:a", "1.2x [1.1, 1.3]")]
     assert j.spent == {"llm_tokens": 100.0}
-    assert (j.last_iteration, j.open_iteration, j.ended) == (1, 2, False)
+    assert (j.last_iteration, j.open_iteration, j.ended, j.kind) == (1, 2, False, "serving")
 
 
 def test_a_folder_without_a_campaign_log_is_refused(tmp_path: Path) -> None:
@@ -87,3 +87,37 @@ def test_live_and_resumed_spending_are_the_same_figure(tmp_path: Path) -> None:
         gate.spend("llm_tokens", limit, iteration=1)      # over the policy's budget: denied
     w.close()
     assert gate.spent == read_journal(log).spent == {"llm_tokens": 100.0}
+
+
+def test_a_kernel_logs_prelude_ending_so_far_and_last_round_come_back(tmp_path: Path) -> None:
+    """A kernel campaign's journal (agent/kernel_resume.py): the kept prelude is the incumbent until an accept, the
+    steps of its ending already recorded are there, the last round's wall seconds are what the loop plans with."""
+    log = tmp_path / "log"
+    w = AuditWriter.open(log, campaign="k-1", key_path=tmp_path / "key", anchor_dir=tmp_path / "anchors")
+    w.append("campaign.start", payload={"spec_path": "/k.yaml", "spec": {"name": "k"}, "workspace": "/ws",
+                                        "branch": "ratchet/k-1", "proposer": "kernel-search", "base_commit": "b0",
+                                        "kind": "kernel", "tunables": {"BLOCK": 64}})
+    w.append("baseline.result", iteration=0, payload={"shapes": {"decode": {"median_us": 3.0}}, "ref": "b0"})
+    w.append("prelude.result", iteration=0, payload={"kept": True, "commit": "p1", "tunables": {"BLOCK": 64, "W": 0}})
+
+    def wall(seconds: float, iteration: int) -> None:
+        w.append("action", iteration=iteration, decision="allow", rule="r", payload={
+            "action": {"kind": "spend", "resource": "wall_seconds", "amount": seconds}})
+
+    wall(5.0, 0)                                 # baseline and prelude: not a round
+    w.append("iteration.hypothesis", iteration=1, payload={"hypothesis": "W 1", "source": "kernel-search:W=1"})
+    w.append("iteration.result", iteration=1, payload={"outcome": "rejected", "accepted": False, "reason": "slower"})
+    wall(7.0, 1)
+    j = read_journal(log)
+    assert (j.kind, j.incumbent_ref, j.last_round_s, j.spent) == ("kernel", "p1", 7.0, {"wall_seconds": 12.0})
+    assert (j.final, j.final_failed, j.served, j.incumbent_rows) == (None, False, None, [])
+    w.append("iteration.hypothesis", iteration=2, payload={"hypothesis": "W 2", "source": "kernel-search:W=2"})
+    w.append("iteration.result", iteration=2, payload={"outcome": "accepted", "accepted": True, "commit": "c2",
+                                                       "reason": "faster"})
+    wall(6.0, 2)
+    w.append("final.result", iteration=3, payload={"outcome": "accepted", "best_ref": "c2"})
+    w.close()
+    j = read_journal(log)
+    assert (j.incumbent_ref, j.last_round_s, j.final, j.ended) == ("c2", 6.0, {"outcome": "accepted",
+                                                                               "best_ref": "c2"}, False)
+    assert [h.outcome for h in j.history] == ["rejected", "accepted"] and j.prelude is not None
