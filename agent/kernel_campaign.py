@@ -6,6 +6,10 @@ if it passes every correctness check (before and after timing) and the bootstrap
 speedup clears the threshold with no shape regressing past the guard; over 10x is quarantined. What differs:
 the measurement is one runner process per evaluation (harness/kernel/runner.py) instead of servers and a
 benchmark client, and the baseline and final evaluations also measure the GPU's ceilings.
+
+A new campaign (`start_kernel_campaign`) and a resumed one (agent/kernel_resume.py) run the same `run_to_end`: the
+baseline and prelude unless the log holds them, the loop, and the ending (final comparison, serving stage,
+campaign.end), a step already on record not run again.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ from agent.base import (
 )
 from agent.errors import BudgetExhausted, CampaignError
 from agent.gatekeeper import Gatekeeper
-from agent.iteration import classify, propose, record_outcome
+from agent.iteration import INTERRUPTED, classify, propose, record_outcome
 from agent.iteration import commit as commit_change
 from agent.kernel_serving import load_serving_stage, serve_best, serving_backend
 from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, open_campaign
 from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
+from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from audit import AuditWriter
 from harness.errors import HarnessError
@@ -48,7 +53,8 @@ from harness.stats import regressed_cells
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["KernelCampaign", "KernelEnd", "kernel_request", "start_kernel_campaign"]
+__all__ = ["KernelCampaign", "KernelEnd", "Recorded", "kernel_limits", "kernel_request", "run_to_end",
+           "start_kernel_campaign"]
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -64,6 +70,29 @@ class KernelEnd:
     final: dict[str, Any] | None        # the final.result payload (baseline vs best), when one ran
     history: list[HistoryEntry]
     serving: dict[str, Any] | None = None   # the serving.result payload (best served end to end), when one ran
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the log already holds of a campaign's steps outside its loop: nothing for a new campaign; for a resumed
+    one (agent/kernel_resume.py), what ran before the kill. A step on record is not run again."""
+
+    baseline: dict[str, Any] | None = None    # the baseline.result payload
+    prelude: dict[str, Any] | None = None     # the prelude.result payload
+    final: dict[str, Any] | None = None       # the final.result payload
+    final_failed: bool = False                # the final comparison ran and failed (its error is recorded)
+    served: dict[str, Any] | None = None      # the serving.result payload
+
+
+def kernel_limits(spec: KernelSpec) -> dict[str, float]:
+    """The spec's budget, as the gate meters it."""
+    return {"wall_seconds": spec.budget.wall_seconds, "llm_tokens": spec.budget.llm_tokens,
+            "llm_usd": spec.budget.llm_usd, "trials": spec.budget.trials}
+
+
+def _rows(baseline: dict[str, Any]) -> list[dict[str, Any]]:
+    """The baseline's per-shape times, as the proposer sees them."""
+    return [{"shape": n, "median_us": e["median_us"]} for n, e in baseline["shapes"].items()]
 
 
 def _checks(entry: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +130,7 @@ class KernelCampaign:
     next_iteration: int = 1
     on_event: Event = lambda kind, data: None
     measure: Measurements = HARNESS
+    last_iteration_s: float = 0.0    # the last iteration's wall time: the loop keeps room for one more
     _checks: int = 0
 
     @property
@@ -137,7 +167,6 @@ class KernelCampaign:
             raise CampaignError(f"the baseline kernel fails its own checks ({str(detail)[:600]}); fix the kernel or "
                                 f"the shapes before running a campaign (log: {self.log_dir})")
         shapes = {n: {**_checks(sh["builds"]["baseline"]), "shape": sh["shape"]} for n, sh in result["shapes"].items()}
-        self.baseline_rows = [{"shape": n, "median_us": e["median_us"]} for n, e in shapes.items()]
         payload = {"tunables": self.baseline_tunables, "ref": ws.head(), "device": result["device"],
                    "roofline": result["roofline"], "shapes": shapes}
         self.writer.append(records.BASELINE_RESULT, iteration=0, payload=payload)
@@ -200,22 +229,28 @@ class KernelCampaign:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> str:
-        budget, last = self.spec.budget, 0.0
+        """Iterations until a budget ends or the proposer gives up. Each stop is read off the state (the history, the
+        next iteration, the budget left), so a resumed campaign whose loop had already stopped stops again."""
+        budget = self.spec.budget
         reserve = 2 if self.spec.final_comparison else 1      # an iteration and the final comparison
         while True:
+            if self.history and self.history[-1].outcome == "invalid" and self.history[-1].detail.startswith("gave up"):
+                return f"proposer {self.history[-1].detail}"
             if self.next_iteration > budget.max_iterations:
                 return f"iteration budget of {budget.max_iterations} reached"
-            left = self.gate.left("wall_seconds")
-            if left < reserve * last:
+            left, last = self.gate.left("wall_seconds"), self.last_iteration_s
+            if left <= 0 or left < reserve * last:
                 return f"wall-time budget: {left:.0f} s left, an iteration takes ~{last:.0f} s"
             t0 = time.monotonic()
-            outcome, reason = self.iteration(self.next_iteration)
-            last = time.monotonic() - t0
+            self.iteration(self.next_iteration)
+            self.last_iteration_s = time.monotonic() - t0
             self.writer.checkpoint()
             self.next_iteration += 1
-            self.gate.spend("wall_seconds", last, iteration=self.next_iteration - 1)
-            if outcome == "invalid" and reason.startswith("gave up"):
-                return f"proposer {reason}"
+            self.gate.spend("wall_seconds", self.last_iteration_s, iteration=self.next_iteration - 1)
+
+    def interrupted(self, i: int) -> None:
+        """An iteration a crash or a kill cut short (a hypothesis and no result): its outcome, recorded once."""
+        self._finish(i, "failed", INTERRUPTED, None)
 
     def _state(self, i: int) -> CampaignState:
         incumbent = read_tunables((self.workspace.root / self.kernel_file).read_text())
@@ -379,13 +414,45 @@ def _check_text(result: dict[str, Any], ab: KernelAB) -> str:
     return "\n".join([head, *lines, hint])
 
 
+def run_to_end(camp: KernelCampaign, *, base_commit: str, branch: str, serving: CampaignSpec | None,
+               recorded: Recorded = Recorded()) -> KernelEnd:
+    """The campaign from wherever its log ends: the baseline and the prelude (unless on record), the loop to a budget
+    or the proposer's end, then the ending: baseline vs best (when something was accepted), the serving stage (when
+    that comparison accepted the best), and campaign.end."""
+    spec, t0 = camp.spec, time.monotonic()
+    if spec.device == "cuda":
+        camp.gate.require({"kind": "use_gpu", "devices": 1, "minutes": camp.gate.left("wall_seconds") / 60},
+                          iteration=0)
+    baseline = recorded.baseline or camp.baseline()
+    camp.baseline_rows = _rows(baseline)
+    if spec.target.prelude is not None and recorded.prelude is None:
+        camp.prelude(spec.target.prelude.read_text())
+    try:
+        camp.gate.spend("wall_seconds", time.monotonic() - t0, iteration=0)
+        stop = camp.run()
+    except BudgetExhausted as exc:
+        stop = f"budget exhausted: {exc}"
+    accepted = [h.iteration for h in camp.history if h.outcome == "accepted"]
+    final = recorded.final
+    if final is None and not recorded.final_failed and accepted and spec.final_comparison:
+        final = camp.final(base_commit)
+    served = recorded.served
+    if served is None and serving is not None and final is not None and final["outcome"] == "accepted":
+        served = serve_best(camp, base_commit, serving, serving_backend(serving))
+    camp.writer.append(records.CAMPAIGN_END, payload={
+        "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
+        "accepted": accepted, "spent": dict(camp.gate.spent), "final_outcome": final and final["outcome"],
+        "serving_verdict": served and served["verdict"]})
+    camp.writer.checkpoint()
+    return KernelEnd(campaign_id=camp.campaign_id, log_dir=camp.log_dir, workspace=camp.workspace.root, branch=branch,
+                     stop_reason=stop, baseline=baseline, final=final, history=camp.history, serving=served)
+
+
 def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, workspace_root: Path,
                           on_event: Event = lambda k, d: None, proposer: Proposer | None = None,
                           measure: Measurements = HARNESS) -> KernelEnd:
     """`proposer`: default the tunables search of `proposer.search`; an LLMProposer for `--proposer llm`.
     `measure`: the seam its evaluations go through (agent/measurements.py)."""
-    limits = {"wall_seconds": spec.budget.wall_seconds, "llm_tokens": spec.budget.llm_tokens,
-              "llm_usd": spec.budget.llm_usd, "trials": spec.budget.trials}
     proposer = proposer or KernelSearchProposer(spec.proposer.search, kernel_file=spec.target.kernel_file)
     serving = load_serving_stage(spec)
 
@@ -394,38 +461,12 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
 
     with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy_file, log_root=log_root,
                        workspace_dir=spec.target.workspace, workspace_root=workspace_root,
-                       package=spec.target.package, source=spec.target.source_dir, serving={}, limits=limits,
-                       proposer=proposer.name,
+                       package=spec.target.package, source=spec.target.source_dir, serving={},
+                       limits=kernel_limits(spec), proposer=proposer.name,
                        start=lambda ws: {"kind": "kernel", "kernel_file": spec.target.kernel_file,
                                          "interface": spec.target.interface, "tunables": tunables_of(ws)}) as opened:
-        campaign_id, log_dir, writer, ws, branch, gate = (opened.campaign_id, opened.log_dir, opened.writer,
-                                                          opened.workspace, opened.branch, opened.gate)
-        tunables = tunables_of(ws)
-        if spec.device == "cuda":
-            gate.require({"kind": "use_gpu", "devices": 1, "minutes": spec.budget.wall_seconds / 60}, iteration=0)
-        camp = KernelCampaign(spec=spec, campaign_id=campaign_id, log_dir=log_dir, writer=writer, gate=gate,
-                              workspace=ws, proposer=proposer,
-                              baseline_tunables=tunables, incumbent_ref=ws.head(), on_event=on_event,
-                              measure=measure)
-        t0 = time.monotonic()
-        baseline = camp.baseline()
-        base_commit = camp.incumbent_ref
-        if spec.target.prelude is not None:
-            camp.prelude(spec.target.prelude.read_text())
-        try:
-            camp.gate.spend("wall_seconds", time.monotonic() - t0, iteration=0)
-            stop = camp.run()
-        except BudgetExhausted as exc:
-            stop = f"budget exhausted: {exc}"
-        accepted = [h.iteration for h in camp.history if h.outcome == "accepted"]
-        final = camp.final(base_commit) if accepted and spec.final_comparison else None
-        served = None
-        if serving is not None and final is not None and final["outcome"] == "accepted":
-            served = serve_best(camp, base_commit, serving, serving_backend(serving))
-        writer.append(records.CAMPAIGN_END, payload={
-            "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
-            "accepted": accepted, "spent": dict(gate.spent), "final_outcome": final and final["outcome"],
-            "serving_verdict": served and served["verdict"]})
-        writer.checkpoint()
-    return KernelEnd(campaign_id=campaign_id, log_dir=log_dir, workspace=ws.root, branch=branch, stop_reason=stop,
-                     baseline=baseline, final=final, history=camp.history, serving=served)
+        ws = opened.workspace
+        camp = KernelCampaign(spec=spec, campaign_id=opened.campaign_id, log_dir=opened.log_dir, writer=opened.writer,
+                              gate=opened.gate, workspace=ws, proposer=proposer, baseline_tunables=tunables_of(ws),
+                              incumbent_ref=ws.head(), on_event=on_event, measure=measure)
+        return run_to_end(camp, base_commit=ws.head(), branch=opened.branch, serving=serving)
