@@ -118,10 +118,12 @@ def _install(counts: collections.Counter[str], kill: tuple[str, int] | None) -> 
         setattr(owner, leaf, functools.wraps(original)(wrapped))
 
 
-def killed_at(point: str | None, argv: list[str], *, counts_file: Path | None = None) -> int:
+def killed_at(point: str | None, argv: list[str], *, counts_file: Path | None = None,
+              entry: Callable[[list[str]], int] | None = None) -> int:
     """Run `argv` (as main() takes it) in a forked child that SIGKILLs itself at `point` (NAME:N); return the
     child's wait status as a negative signal number (-9) or its exit code. A fork, not a new interpreter: the
-    child starts with everything imported, so a kill costs the campaign's time only."""
+    child starts with everything imported, so a kill costs the campaign's time only. `entry`: another main
+    (tests/kernel/test_kernel_resume.py's kernel campaigns), which reads RATCHET_KILL_AT itself."""
     pid = os.fork()
     if pid == 0:   # the child: never returns into the caller's (pytest's) frames
         code = 1
@@ -131,7 +133,7 @@ def killed_at(point: str | None, argv: list[str], *, counts_file: Path | None = 
                 os.environ["RATCHET_KILL_AT"] = point
             if counts_file:
                 os.environ["RATCHET_CALL_COUNTS"] = str(counts_file)
-            code = main(argv)
+            code = (entry or main)(argv)
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)

@@ -11,14 +11,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.commands._common import EXIT_HARNESS, cli_errors, console, err_console
 from agent.errors import CampaignError
 from audit import AuditError, anchor_path, default_anchor_dir, default_key_path, verify
 from policies import load_policy, redecider
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from agent.base import Proposer
+    from agent.kernel_campaign import KernelEnd
+    from agent.kernel_spec import KernelSpec
+
+__all__ = ["register", "event", "kernel_proposer", "report_end"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -39,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(func=run)
 
 
-def _event(kind: str, data: dict[str, Any]) -> None:
+def event(kind: str, data: dict[str, Any]) -> None:
     if kind == "iteration":
         err_console.print(f"[bold]iteration {data['iteration']}[/bold]")
     elif kind == "phase":
@@ -51,10 +56,50 @@ def _event(kind: str, data: dict[str, Any]) -> None:
         err_console.print(f"  -> {e.outcome} {e.speedup or ''} {e.detail[:200]}", markup=False)
 
 
+def kernel_proposer(spec: KernelSpec, kind: str, *, base_url: str | None = None,
+                    model: str | None = None) -> Proposer:
+    """The proposer of `kind` (search, llm, patches; a start record names the search `kernel-search`), as the spec
+    configures it (`patches`: the spec's proposer.patches)."""
+    if kind == "patches":
+        from agent.proposers.patch_files import PatchFilesProposer
+
+        return PatchFilesProposer(spec.proposer.patches)
+    if kind == "llm":
+        from agent.proposers.llm import LLMConfig, LLMProposer
+
+        settings = spec.proposer.llm.model_dump(exclude_none=True)
+        settings.update({k: v for k, v in (("base_url", base_url), ("model", model)) if v})
+        return LLMProposer(LLMConfig(**settings))
+    from agent.proposers.kernel_search import KernelSearchProposer
+
+    return KernelSearchProposer(spec.proposer.search, kernel_file=spec.target.kernel_file)
+
+
+def report_end(end: KernelEnd, spec: KernelSpec, out: str | None) -> int:
+    """Verify the ended campaign's log, print its summary (and write it to `out`); the command's exit code."""
+    from agent.kernel_report import render_markdown, summarize
+
+    anchor = anchor_path(default_anchor_dir(default_key_path()), end.campaign_id)
+    checked = verify(end.log_dir, redecide=redecider([load_policy(spec.policy_file)]),
+                     anchor=anchor if anchor.exists() else None)
+    summary = summarize(end, checked)
+    text = render_markdown(summary)
+    console.print(text, markup=False, highlight=False)
+    if out:
+        path = Path(out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=1) + "\n")
+        path.with_suffix(".md").write_text(text)
+        console.print(f"summary: {path} and {path.with_suffix('.md')}")
+    console.print(f"log: {end.log_dir}   (verify: ratchet audit verify {end.log_dir})")
+    if not checked.ok:
+        return 4
+    return 5 if end.serving and end.serving["verdict"]["status"] == "not-shown" else 0
+
+
 @cli_errors
 def run(args: argparse.Namespace) -> int:
     from agent.kernel_campaign import start_kernel_campaign
-    from agent.kernel_report import render_markdown, summarize
     from agent.kernel_spec import load_kernel_spec
 
     spec = load_kernel_spec(Path(args.spec))
@@ -63,45 +108,23 @@ def run(args: argparse.Namespace) -> int:
     spec = spec.model_copy(update={"budget": budget})
     if getattr(args, "serving", None):
         spec = type(spec).model_validate({**spec.model_dump(), "serving": Path(args.serving).resolve()})
-    proposer = None
     kind = "patches" if getattr(args, "patch", None) else (getattr(args, "proposer", None) or spec.proposer.kind)
     if kind == "patches":
-        from agent.proposers.patch_files import PatchFilesProposer
-
         files = [Path(f).resolve() for f in getattr(args, "patch", None) or []] or list(spec.proposer.patches)
         if not files:
             err_console.print("ratchet kernel: --proposer patches needs --patch FILE or proposer.patches in the spec")
             return 2
-        proposer = PatchFilesProposer(files)
-    elif kind == "llm":
-        from agent.proposers.llm import LLMConfig, LLMProposer
-
-        settings = spec.proposer.llm.model_dump(exclude_none=True)
-        settings.update({k: v for k, v in (("base_url", getattr(args, "llm_base_url", None)),
-                                           ("model", getattr(args, "llm_model", None))) if v})
-        proposer = LLMProposer(LLMConfig(**settings))
+        # recorded in the spec (campaign.start), so that a resume proposes the same files
+        spec = spec.model_copy(update={"proposer": spec.proposer.model_copy(update={"patches": files})})
+    proposer = kernel_proposer(spec, kind, base_url=getattr(args, "llm_base_url", None),
+                               model=getattr(args, "llm_model", None))
     try:
         end = start_kernel_campaign(spec, Path(args.spec), log_root=Path(args.log_dir),
-                                    workspace_root=Path(args.workspaces), on_event=_event, proposer=proposer)
+                                    workspace_root=Path(args.workspaces), on_event=event, proposer=proposer)
     except AuditError as exc:
         err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
         return 4
     except CampaignError as exc:
         err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
         return EXIT_HARNESS
-    anchor = anchor_path(default_anchor_dir(default_key_path()), end.campaign_id)
-    checked = verify(end.log_dir, redecide=redecider([load_policy(spec.policy_file)]),
-                     anchor=anchor if anchor.exists() else None)
-    summary = summarize(end, checked)
-    text = render_markdown(summary)
-    console.print(text, markup=False, highlight=False)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(summary, indent=1) + "\n")
-        out.with_suffix(".md").write_text(text)
-        console.print(f"summary: {out} and {out.with_suffix('.md')}")
-    console.print(f"log: {end.log_dir}   (verify: ratchet audit verify {end.log_dir})")
-    if not checked.ok:
-        return 4
-    return 5 if end.serving and end.serving["verdict"]["status"] == "not-shown" else 0
+    return report_end(end, spec, args.out)

@@ -1,4 +1,11 @@
-"""`ratchet resume DIR`: continue a crashed or killed campaign from its audit log, same campaign id."""
+"""`ratchet resume DIR`: continue a crashed or killed campaign from its audit log, same campaign id. A kernel
+campaign's log (its start record's kind "kernel") is resumed by agent/kernel_resume.py and ends as `ratchet kernel`
+does (summary, exit codes); a serving campaign's by agent/campaign.py.
+
+Exit codes: 2 the folder cannot be resumed (no campaign log, a finished campaign, a missing workspace; a kernel
+campaign's log that does not verify); otherwise those of the campaign's own command (`ratchet run`, `ratchet
+kernel`).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,12 @@ import argparse
 from pathlib import Path
 
 from agent.campaign import resume_campaign
-from agent.commands._common import cli_errors, err_console, make_backend
+from agent.commands._common import EXIT_HARNESS, cli_errors, err_console, make_backend
 from agent.commands.run import make_proposer, print_end
 from agent.errors import CampaignError
+from agent.journal import read_journal
 from agent.view import CampaignView
+from audit import AuditError
 
 __all__ = ["register"]
 
@@ -19,13 +28,16 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("dir", help="audit_logs/<campaign-id>")
     p.add_argument("--llm-base-url")
     p.add_argument("--llm-model")
+    p.add_argument("--out", help="a kernel campaign: write its summary JSON here (and the .md beside it)")
     p.set_defaults(func=run)
 
 
 @cli_errors
 def run(args: argparse.Namespace) -> int:
-    view = CampaignView(err_console, max_iterations=0, title=f"ratchet resume: {args.dir}")
     try:
+        if read_journal(Path(args.dir)).kind == "kernel":
+            return _kernel(args)
+        view = CampaignView(err_console, max_iterations=0, title=f"ratchet resume: {args.dir}")
         with view:
             end = resume_campaign(
                 Path(args.dir),
@@ -37,3 +49,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print_end(end)
     return 0 if end.verdict.ok else 5
+
+
+def _kernel(args: argparse.Namespace) -> int:
+    """A log that cannot be resumed raises CampaignError (exit 2); once the campaign runs, its failures and its
+    end are answered as `ratchet kernel` answers them."""
+    from agent.commands.kernel import event, kernel_proposer, report_end
+    from agent.kernel_resume import check_resumable, resume_kernel_campaign
+
+    _, spec = check_resumable(Path(args.dir).resolve())
+    try:
+        end = resume_kernel_campaign(
+            Path(args.dir), on_event=event,
+            proposer_for=lambda spec, name: kernel_proposer(spec, name, base_url=args.llm_base_url,
+                                                            model=args.llm_model))
+    except AuditError as exc:
+        err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
+        return 4
+    except CampaignError as exc:
+        err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
+        return EXIT_HARNESS
+    return report_end(end, spec, args.out)

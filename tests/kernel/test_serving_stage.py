@@ -56,8 +56,10 @@ class KernelRunnerAndFakeServing(FakeMeasurements):
         return HARNESS.kernel(*args, **kw)
 
 
-def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: float, *,
-              serving_spec: str = SERVING_SPEC, measure: FakeMeasurements | None = None) -> tuple[Any, Path]:
+def two_stage_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: float, *,
+                   serving_spec: str = SERVING_SPEC, kernel_spec: str = KERNEL_SPEC) -> Path:
+    """The stand-in vLLM tree, its prelude, held prompts, the serving spec and the kernel spec (returned), the audit
+    key under `tmp_path`, and the fake's end-to-end speed of the kernel stage's win."""
     monkeypatch.setenv("RATCHET_AUDIT_KEY", str(tmp_path / "keys" / "audit-key.ed25519"))
     monkeypatch.setattr(fake, "speed_of", _end_to_end_speed(kernel_gain))
     write_vllm_tree(tmp_path / "src")
@@ -68,7 +70,13 @@ def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: floa
                             for i in range(6)))
     (tmp_path / "serving.yaml").write_text(serving_spec.format(model=TINY_MODEL, prompts=held))
     spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(KERNEL_SPEC)
+    spec_path.write_text(kernel_spec)
+    return spec_path
+
+
+def _campaign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_gain: float, *,
+              serving_spec: str = SERVING_SPEC, measure: FakeMeasurements | None = None) -> tuple[Any, Path]:
+    spec_path = two_stage_spec(tmp_path, monkeypatch, kernel_gain, serving_spec=serving_spec)
     end = start_kernel_campaign(load_kernel_spec(spec_path), spec_path, log_root=tmp_path / "logs",
                                 workspace_root=tmp_path / "ws", measure=measure or KernelRunnerAndFakeServing())
     return end, spec_path
