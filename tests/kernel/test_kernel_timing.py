@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from harness.config import StatsConfig
 from harness.kernel.compare import compare
 from harness.kernel.config import ShapeConfig
 from harness.kernel.roofline import attainment
 from harness.kernel.shapes import flops, keys_read, min_bytes, visible_pairs
-from harness.kernel.timing import Timer, interleave
+from harness.kernel.timing import Timer, evict, interleave
 
 
 class _Recorder(Timer):
@@ -78,3 +80,12 @@ def test_attainment_is_against_the_measured_ceilings() -> None:
     floor_us = min_bytes(shape, 2) / 4000.0 / 1e3
     att = attainment(shape, 2 * floor_us, roof, itemsize=2)
     assert abs(att["pct_hbm"] - 50.0) < 1e-6 and abs(att["pct_of_roofline"] - 50.0) < 1e-6
+
+
+def test_the_l2_flush_reads_its_buffer_and_writes_nothing_back() -> None:
+    # A zeroing flush left the L2 dirty, and a kernel reading less than the L2 paid for the write-back.
+    buf = torch.randint(0, 256, (1 << 12,), dtype=torch.uint8)
+    before = buf.clone()
+    total = evict(buf)
+    assert torch.equal(buf, before)
+    assert int(total) == int(buf.view(torch.int32).sum(dtype=torch.int64))
