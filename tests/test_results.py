@@ -370,3 +370,26 @@ def test_main_job_run10_figures_come_from_its_verified_log(tmp_path: Path) -> No
     assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in run10
     below = [label for label, ci in final["cells"].items() if ci["low"] < 1.0]
     assert below == ["in128/out1"] and "in128/out1, at 1.155x [0.924, 1.445]" in run10
+
+
+def test_the_paged_vllm_kernel_table_comes_from_its_verified_log(tmp_path: Path) -> None:
+    """experiments/results/vllm-kernel-paged-h200.md: the log verifies with decisions re-decided, the last patch
+    was accepted on its own A/B, and every row of the table is the final comparison's."""
+    from audit.reader import payload_of, read_records
+
+    log_dir = _redecided_log(tmp_path, "vllm-kernel-paged-h200-log.tgz", 53)
+    records = read_records(log_dir)
+    results = [payload_of(log_dir, r) for r in records if r["kind"] == "iteration.result"]
+    assert [r["outcome"] for r in results][:4] == ["accepted"] * 4
+    final = payload_of(log_dir, next(r for r in records if r["kind"] == "final.result"))
+    summary = json.loads((RESULTS / "vllm-kernel-paged-h200.json").read_text())
+    assert final["tunables_after"] == summary["tunables_after"] and summary["tunables_after"]["PAGED_FAST_PATH"] == 1
+    text = (RESULTS / "vllm-kernel-paged-h200.md").read_text()
+    for row in summary["shapes"]:
+        assert row["speedup"] == final["shapes"][row["shape"]]["speedup"]["ratio"]
+        assert all(row[f"{side}_checks"][when]["ok"] for side in ("before", "after") for when in ("pre", "post"))
+        before, after = f"{row['before_median_us']:,.1f}", f"{row['after_median_us']:,.1f}"
+        line = next(line for line in text.splitlines() if f"| {row['shape']} | {before} | {after} |" in line)
+        line = line.replace("**", "")
+        assert f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" in line, line
+        assert f"{row['before_pct_hbm']:.1f} → {row['after_pct_hbm']:.1f}" in line, line
