@@ -74,7 +74,11 @@ def test_a_gain_gone_end_to_end_fails_the_replay_with_its_exit_code(campaign: An
     # the served kernel no longer gains anything
     result = _replay(campaign, tmp_path, KernelRunnerAndFakeServing(), monkeypatch, served_gain=1.0)
     assert result.exit_code == Exit.SPEEDUP_GONE
-    assert [c.name for c in result.checks if not c.ok] == ["speedup of the serving stage (stock vs best, end to end)"]
+    failed = [c.name for c in result.checks if not c.ok]
+    assert "speedup of the serving stage (stock vs best, end to end)" in failed
+    # the kernel claims are timed again by the real CPU runner: under a loaded CI one of them once fell outside the
+    # tolerance too (test 1 holds them all); correctness is not timing, and must hold
+    assert not any(name.startswith("correctness") for name in failed), failed
 
 
 class _KernelTimings(KernelRunnerAndFakeServing):
