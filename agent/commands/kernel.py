@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,20 @@ def report_end(end: KernelEnd, spec: KernelSpec, out: str | None) -> int:
     return 5 if end.serving and end.serving["verdict"]["status"] == "not-shown" else 0
 
 
+def answer_campaign(campaign: Callable[[], KernelEnd], spec: KernelSpec, out: str | None) -> int:
+    """Run a kernel campaign (new or resumed) and answer as `ratchet kernel` does: its end reported, an audit
+    failure exit 4, a campaign error the harness's exit."""
+    try:
+        end = campaign()
+    except AuditError as exc:
+        err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
+        return 4
+    except CampaignError as exc:
+        err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
+        return EXIT_HARNESS
+    return report_end(end, spec, out)
+
+
 @cli_errors
 def run(args: argparse.Namespace) -> int:
     from agent.kernel_campaign import start_kernel_campaign
@@ -118,13 +133,6 @@ def run(args: argparse.Namespace) -> int:
         spec = spec.model_copy(update={"proposer": spec.proposer.model_copy(update={"patches": files})})
     proposer = kernel_proposer(spec, kind, base_url=getattr(args, "llm_base_url", None),
                                model=getattr(args, "llm_model", None))
-    try:
-        end = start_kernel_campaign(spec, Path(args.spec), log_root=Path(args.log_dir),
-                                    workspace_root=Path(args.workspaces), on_event=event, proposer=proposer)
-    except AuditError as exc:
-        err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
-        return 4
-    except CampaignError as exc:
-        err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
-        return EXIT_HARNESS
-    return report_end(end, spec, args.out)
+    return answer_campaign(lambda: start_kernel_campaign(spec, Path(args.spec), log_root=Path(args.log_dir),
+                                                workspace_root=Path(args.workspaces), on_event=event,
+                                                proposer=proposer), spec, args.out)

@@ -13,12 +13,11 @@ import argparse
 from pathlib import Path
 
 from agent.campaign import resume_campaign
-from agent.commands._common import EXIT_HARNESS, cli_errors, err_console, make_backend
+from agent.commands._common import cli_errors, err_console, make_backend
 from agent.commands.run import make_proposer, print_end
 from agent.errors import CampaignError
 from agent.journal import read_journal
 from agent.view import CampaignView
-from audit import AuditError
 
 __all__ = ["register"]
 
@@ -54,19 +53,11 @@ def run(args: argparse.Namespace) -> int:
 def _kernel(args: argparse.Namespace) -> int:
     """A log that cannot be resumed raises CampaignError (exit 2); once the campaign runs, its failures and its
     end are answered as `ratchet kernel` answers them."""
-    from agent.commands.kernel import event, kernel_proposer, report_end
+    from agent.commands.kernel import answer_campaign, event, kernel_proposer
     from agent.kernel_resume import check_resumable, resume_kernel_campaign
 
     _, spec = check_resumable(Path(args.dir).resolve())
-    try:
-        end = resume_kernel_campaign(
-            Path(args.dir), on_event=event,
-            proposer_for=lambda spec, name: kernel_proposer(spec, name, base_url=args.llm_base_url,
-                                                            model=args.llm_model))
-    except AuditError as exc:
-        err_console.print(f"[red]audit log error:[/red] {exc}; the campaign stopped before acting")
-        return 4
-    except CampaignError as exc:
-        err_console.print(f"[red]campaign error:[/red] {exc}", markup=True, highlight=False)
-        return EXIT_HARNESS
-    return report_end(end, spec, args.out)
+    return answer_campaign(lambda: resume_kernel_campaign(
+        Path(args.dir), on_event=event,
+        proposer_for=lambda spec, name: kernel_proposer(spec, name, base_url=args.llm_base_url,
+                                                        model=args.llm_model)), spec, args.out)
