@@ -17,7 +17,7 @@ from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
 from agent.iteration import INTERRUPTED
-from agent.journal import read_journal, restore_workspace
+from agent.journal import read_journal, restore_workspace, verify_for_resume
 from agent.loop import Campaign, Event
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, new_campaign_id, open_campaign
@@ -243,9 +243,9 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     if journal.ended:
         raise CampaignError(f"campaign {journal.campaign} already ended; start a new one with `ratchet run`")
     spec = CampaignSpec.model_validate(journal.spec)
+    verify_for_resume(log_dir, journal, spec.policy)   # an edited log is refused before anything is done
     preflight(spec.executor)
     policy = load_policy(spec.policy)
-    leftovers, containers = reap_leftovers(log_dir)
     measurement = measure.digest()
     if journal.measurement_sha256 and journal.measurement_sha256 != measurement.sha256:
         raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
@@ -254,6 +254,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed
     with AuditWriter.open(log_dir, campaign=journal.campaign,
                           header={"isolation": isolation_label(spec.sandbox)}) as writer:
+        leftovers, containers = reap_leftovers(log_dir)   # under the log's lock: never a live campaign's servers
         ws = Workspace.open(journal.workspace, spec.target.package)
         discarded = restore_workspace(ws, journal, log_dir / "runs")
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))

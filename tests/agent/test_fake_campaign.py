@@ -3,7 +3,9 @@ SIGKILL at random points of a campaign followed by `resume`, in the unit suite, 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import random
 import threading
 import time
@@ -14,7 +16,9 @@ from typing import Any
 import git
 import pytest
 
+from agent.errors import CampaignError
 from agent.replay import Exit, replay
+from audit.errors import LogLockedError
 from audit.reader import payload_of, read_records
 from audit.verify import verify
 from harness.measure import ABResult, Build
@@ -207,6 +211,48 @@ def test_sigkill_at_random_points_then_resume_loses_and_duplicates_nothing(tmp_p
         assert not processes_under(log_dir), where                           # the dead run's servers were reaped
     assert len(resumed) >= 20, resumed
     assert {p.split(":")[0] for p in resumed} == set(KILL_POINTS), resumed   # every step, killed and resumed
+
+
+def test_a_resume_acts_only_on_an_intact_log_it_holds_the_lock_of(tmp_path: Path) -> None:
+    """Killed with its servers up: a resume of its log with a record changed, or while another writer holds the
+    log's lock (a campaign still running), is refused with nothing written and nothing killed; once the log is
+    whole and free, the resume reaps those servers and runs to the end."""
+    spec = write_target(tmp_path)
+    code = killed_at("servers:1", ["--hold-s", "120", "start", str(spec), str(tmp_path / "logs"),
+                                   str(tmp_path / "ws")])
+    assert code == -9
+    (log_dir,) = [p.parent for p in (tmp_path / "logs").glob("*/log.jsonl")]
+    servers = processes_under(log_dir)
+    assert servers, "the kill was meant to leave the fake's servers up"
+    text = (log_dir / "log.jsonl").read_text()
+    lines = text.splitlines(keepends=True)
+    # a record with records after it (the last, unsigned one of a killed log cannot be proven unedited)
+    at = next(i for i, line in enumerate(lines) if '"kind":"executor.start"' in line)
+    assert at < len(lines) - 1
+    edited = lines[:at] + [lines[at].replace('"slots":1', '"slots":9', 1)] + lines[at + 1:]
+    assert edited[at] != lines[at]
+    (log_dir / "log.jsonl").write_text("".join(edited))
+    with pytest.raises(CampaignError, match=f"does not verify \\(seq {at}"):
+        resume(log_dir)
+    assert (log_dir / "log.jsonl").read_text() == "".join(edited)          # nothing written
+    assert all(s.is_running() for s in servers)                             # nothing killed
+
+    (log_dir / "log.jsonl").write_text(text)
+    held = os.open(log_dir / "log.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)                    # a live writer's lock
+        with pytest.raises(LogLockedError):
+            resume(log_dir)
+        assert (log_dir / "log.jsonl").read_text() == text
+        assert all(s.is_running() for s in servers)                         # a live campaign's servers are its own
+    finally:
+        os.close(held)
+
+    end = resume(log_dir)
+    assert end.verdict.ok and verify(log_dir).ok
+    assert not processes_under(log_dir)
+    resumed = [payload_of(log_dir, r) for r in read_records(log_dir) if r["kind"] == "campaign.resume"]
+    assert len(resumed) == 1 and sorted(resumed[0]["reaped_pids"]) == sorted(s.pid for s in servers)
 
 
 def test_a_serving_change_vllm_resolves_to_the_args_in_force_is_refused_before_any_server(tmp_path: Path) -> None:
