@@ -99,10 +99,11 @@ shapes:
 timing: {rounds: 8, calls_per_round: 3, warmup_calls: 1, flush_l2: false}
 roofline: null
 # CPU time of these plain-torch calls swings widely here: identical builds (A/A) measured 0.56x to 1.73x per
-# round and 0.92x to 1.31x per run. These tests are about the plumbing (prelude, search, stock vs best), so only a
-# gross slowdown fails their guard; the guard itself is tested in tests/harness/test_stats.py, and GPU timing of
-# the real kernel is ±0.1 % (experiments/results/vllm-kernel-campaign-h200.md).
-stats: {cell_guard: 0.5}
+# round and 0.92x to 1.31x per run, and once, in a loaded CI run, 0.452x [0.401, 0.509] on the prefill shape (the
+# prelude, which changes no behaviour, refused). These tests are about the plumbing (prelude, search, stock vs best)
+# and the search's win is 3x, so only a gross slowdown (4x) fails their guard; the guard itself is tested in
+# tests/harness/test_stats.py, and GPU timing of the real kernel is ±0.1 % (experiments/results/).
+stats: {cell_guard: 0.25}
 proposer: {kind: search, search: {strategy: grid, space: {GEMMA4_PASSES: [0, 1]}}}
 budget: {max_iterations: 2, wall_seconds: 600}
 runner_timeout_s: 300
