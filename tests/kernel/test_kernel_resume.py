@@ -46,7 +46,8 @@ from tests.kernel import vllm_fakes
 from tests.kernel.kernel_fakes import write_tree
 from tests.kernel.test_serving_stage import KernelRunnerAndFakeServing, two_stage_spec
 
-# One small shape and few rounds: the runner's start (~1.5 s of imports) is most of each evaluation. The search tries
+# One small shape: the runner's start (~1.5 s of imports) is most of each evaluation, so rounds are nearly free
+# (with 6, one slow round once left a 3x gain's final comparison at 2.04x [0.91, 4.54], rejected). The search tries
 # REPEATS 1 (about 4x faster) and is then exhausted: baseline, an accepted iteration, a give-up, the final comparison.
 SPEC = """
 schema_version: 1
@@ -57,7 +58,7 @@ device: cpu
 dtype: float32
 shapes:
   - {name: decode, batch: 2, q_len: 1, kv_len: 64, head_dim: 16, sliding_window: 24}
-timing: {rounds: 6, calls_per_round: 3, warmup_calls: 1, flush_l2: false}
+timing: {rounds: 12, calls_per_round: 3, warmup_calls: 1, flush_l2: false}
 roofline: null
 proposer: {kind: search, search: {strategy: grid, space: {REPEATS: [4, 1]}}}
 budget: {max_iterations: 2, wall_seconds: 600}
@@ -68,7 +69,7 @@ runner_timeout_s: 120
 TWO_STAGE = vllm_fakes.CAMPAIGN_SPEC.replace(
     "name: vllm-kernel-test", "name: vllm-kernel-resume-test").replace(
     "  - {name: decode, batch: 2, q_len: 1, kv_len: 256, head_dim: 32, sliding_window: 128}\n", "").replace(
-    "timing: {rounds: 8, calls_per_round: 3", "timing: {rounds: 6, calls_per_round: 2") + "serving: serving.yaml\n"
+    "timing: {rounds: 12, calls_per_round: 3", "timing: {rounds: 10, calls_per_round: 2") + "serving: serving.yaml\n"
 
 # Per kill point: the killed log's last record, and what each iteration holds after the resume: (outcome,
 # hypotheses, patches), one result each.
@@ -77,6 +78,7 @@ INTERRUPTED_THEN_ACCEPTED = {1: ("failed", 1, 1), 2: ("accepted", 1, 1)}
 CASES: dict[str, tuple[str, dict[int, tuple[str, int, int]]]] = {
     "propose:1": ("action", ACCEPTED_THEN_EXHAUSTED),        # while proposing: nothing of it recorded
     "hypothesis:1": ("iteration.hypothesis", {1: ("failed", 1, 0), 2: ("accepted", 1, 1)}),   # nothing after it
+    "runner:1": ("action", ACCEPTED_THEN_EXHAUSTED),         # mid-baseline: its runner is up, nothing measured
     "runner:2": ("action", INTERRUPTED_THEN_ACCEPTED),       # mid-measurement: iteration 1's runner is up
     "commit:1": ("kernel.evaluation", INTERRUPTED_THEN_ACCEPTED),   # committed, its result not recorded
     "fsync:1": ("iteration.result", ACCEPTED_THEN_EXHAUSTED),       # its result written, not yet fsynced
@@ -292,3 +294,20 @@ def test_a_log_that_cannot_be_resumed_is_refused_with_why(tmp_path: Path, audit_
         check_resumable(log_dir)
     moved.rename(start["workspace"])
     assert check_resumable(log_dir)[0].open_iterations == [1]    # the same log, whole again, can be resumed
+
+
+@pytest.mark.timeout(300)
+def test_a_campaign_killed_in_its_prelude_measures_it_again_and_keeps_it_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first runner a two-stage campaign starts is its prelude's A/B (stock vs stock with the launch parameters
+    named): killed with it up, the resume measures the prelude again, keeps it once, and the campaign runs on."""
+    spec_path = two_stage_spec(tmp_path, monkeypatch, kernel_gain=1.4, kernel_spec=TWO_STAGE)
+    log_dir = _killed(tmp_path, spec_path, "runner:1")
+    before = read_records(log_dir)
+    assert not _payloads(log_dir, "prelude.result") and processes_under(log_dir)   # its runner outlived it
+    end = resume_kernel_campaign(log_dir, proposer_for=kernel_proposer, measure=KernelRunnerAndFakeServing())
+    _check_resumed(log_dir, before, ACCEPTED_THEN_EXHAUSTED, "runner:1 (prelude)")
+    (prelude,) = _payloads(log_dir, "prelude.result")
+    assert prelude["kept"] and prelude["tunables"] == {"GEMMA4_PASSES": 0}
+    assert len(_payloads(log_dir, "baseline.result")) == 1 and len(_payloads(log_dir, "serving.result")) == 1
+    assert end.serving is not None and end.serving["verdict"]["status"] == "improved"
