@@ -16,6 +16,8 @@ def _row(name: str, shape: dict[str, Any], before: dict[str, Any], after: dict[s
          speedup: dict[str, Any] | None) -> dict[str, Any]:
     row: dict[str, Any] = {"shape": name, **{k: shape[k] for k in ("batch", "q_len", "kv_len", "num_q_heads",
                                                                   "num_kv_heads", "head_dim", "sliding_window")}}
+    if shape.get("decodes"):     # a mixed batch (older logs' shapes have no such key)
+        row.update(decodes=shape["decodes"], decode_kv_len=shape.get("decode_kv_len") or shape["kv_len"])
     for side, entry in (("before", before), ("after", after)):
         if entry is None:
             continue

@@ -142,6 +142,10 @@ class KernelSpec(BaseModel):
             raise ValueError("interpret: true runs Triton's interpreter on CPU tensors; set device: cpu")
         if self.target.interface == "vllm-unified-attention" and self.target.package != "vllm":
             raise ValueError("target.source: vllm-unified-attention needs the vllm package folder (…/vllm)")
+        mixed = [s.name for s in self.shapes if s.decodes]
+        if mixed and self.target.interface == "contiguous":
+            raise ValueError(f"shapes {', '.join(mixed)}: a mixed batch (decodes) is one call over sequences of "
+                             "different lengths; the contiguous interface has one length per call")
         if self.serving is not None and self.target.interface != "vllm-unified-attention":
             raise ValueError("serving: the end-to-end stage serves a vLLM tree; it needs target.interface: "
                              "vllm-unified-attention")

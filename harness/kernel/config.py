@@ -22,7 +22,9 @@ INTERFACES: tuple[str, ...] = ("contiguous", "vllm-unified-attention")
 
 class ShapeConfig(BaseModel):
     """One attention call: [batch, q_len, q heads, head_dim] queries over [batch, kv_len, kv heads, head_dim]
-    keys and values. q_len 1 is decode; q_len == kv_len is prefill (query i at position kv_len - q_len + i)."""
+    keys and values. q_len 1 is decode; q_len == kv_len is prefill (query i at position kv_len - q_len + i).
+    With `decodes`, a mixed batch as vLLM schedules one: the `batch` sequences of q_len queries (a prefill chunk)
+    and, after them in the same call, `decodes` sequences of one query over `decode_kv_len` keys each."""
 
     model_config = _STRICT
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -37,6 +39,10 @@ class ShapeConfig(BaseModel):
     block_size: Annotated[int, Field(ge=16, multiple_of=16)] = Field(
         default=16, description="tokens per KV-cache block for paged interfaces (vLLM's default, 16); "
                                 "contiguous kernels ignore it")
+    decodes: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="decode sequences (one query each) in the same call after the batch's prefill "
+                               "queries: a mixed batch (paged interfaces only)")
+    decode_kv_len: PositiveInt | None = Field(default=None, description="keys of each of those (default kv_len)")
 
     @model_validator(mode="after")
     def _consistent(self) -> ShapeConfig:
@@ -44,11 +50,35 @@ class ShapeConfig(BaseModel):
             raise ValueError(f"q_len {self.q_len} exceeds kv_len {self.kv_len}")
         if self.num_q_heads % self.num_kv_heads:
             raise ValueError("num_q_heads must be a multiple of num_kv_heads (GQA)")
+        if self.decodes and self.q_len == 1:
+            raise ValueError("decodes: a mixed batch is a prefill chunk (q_len > 1) beside decodes; a decode-only "
+                             "batch is batch + decodes sequences of q_len 1")
+        if self.decode_kv_len is not None and not self.decodes:
+            raise ValueError("decode_kv_len without decodes")
         return self
 
     @property
-    def mode(self) -> Literal["decode", "prefill"]:
-        return "decode" if self.q_len == 1 else "prefill"
+    def mode(self) -> Literal["decode", "prefill", "mixed"]:
+        return "mixed" if self.decodes else "decode" if self.q_len == 1 else "prefill"
+
+    @property
+    def groups(self) -> list[tuple[int, int, int]]:
+        """(sequences, queries each, keys each) of each kind of sequence in the call, in call order."""
+        chunk = [(self.batch, self.q_len, self.kv_len)]
+        return chunk + [(self.decodes, 1, self.decode_kv_len or self.kv_len)] if self.decodes else chunk
+
+    @property
+    def num_seqs(self) -> int:
+        return self.batch + self.decodes
+
+    @property
+    def tokens(self) -> int:
+        """Queries in the call (rows of the flattened q)."""
+        return sum(n * q for n, q, _ in self.groups)
+
+    @property
+    def max_kv_len(self) -> int:
+        return max(k for _, _, k in self.groups)
 
     @property
     def scale(self) -> float:

@@ -46,15 +46,20 @@ class CheckResult:
 
 def make_inputs(shape: ShapeConfig, *, dtype: torch.dtype, device: torch.device,
                 seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v ~ N(0, 1) from their own generator on the device (fast at GB sizes, no shared global state)."""
+    """q, k, v ~ N(0, 1) from their own generator on the device (fast at GB sizes, no shared global state).
+    A mixed batch's q is flat, [tokens, heads, head_dim] in call order, and its k and v hold max_kv_len keys per
+    sequence, of which a sequence uses its own count (the rest is real data a kernel must not read)."""
     gen = torch.Generator(device=device).manual_seed(seed)
 
     def randn(*size: int) -> torch.Tensor:
         return torch.randn(size, generator=gen, device=device, dtype=torch.float32).to(dtype)
 
-    q = randn(shape.batch, shape.q_len, shape.num_q_heads, shape.head_dim)
-    k = randn(shape.batch, shape.kv_len, shape.num_kv_heads, shape.head_dim)
-    v = randn(shape.batch, shape.kv_len, shape.num_kv_heads, shape.head_dim)
+    if shape.decodes:
+        q = randn(shape.tokens, shape.num_q_heads, shape.head_dim)
+    else:
+        q = randn(shape.batch, shape.q_len, shape.num_q_heads, shape.head_dim)
+    k = randn(shape.num_seqs, shape.max_kv_len, shape.num_kv_heads, shape.head_dim)
+    v = randn(shape.num_seqs, shape.max_kv_len, shape.num_kv_heads, shape.head_dim)
     return q, k, v
 
 

@@ -15,12 +15,15 @@ compare before and after (a kernel must not write its inputs: a later call would
   backend's own 3D-kernel choice: sequences up to MIN_LAUNCH_GRID_SIZE_2D // kv_heads take the split
   ("3D") path with NUM_PAR_SOFTMAX_SEGMENTS segments, both constants read from the build's own backend file.
   The decode CUDA graph sizes vLLM captures by default contain that threshold (128 for one kv head), so
-  vLLM's graph-mode adjustment of it changes nothing on these shapes.
+  vLLM's graph-mode adjustment of it changes nothing on these shapes. A mixed batch (a shape's `decodes`) is
+  one call over sequences of different query and key counts (cu_seqlens_q, seqused_k), as vLLM schedules a
+  prefill chunk beside running decodes.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,6 +79,10 @@ def read_backend_constants(tree: Path) -> VllmBackendConstants:
 
 def _bind_contiguous(fn: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                      shape: ShapeConfig) -> BoundCall:
+    if shape.decodes:
+        raise ValueError(f"shape {shape.name}: a mixed batch (decodes) needs a paged interface; the contiguous "
+                         "one takes sequences of one length")
+
     def run() -> None:
         fn(q, k, v, out, scale=shape.scale, sliding_window=shape.sliding_window, softcap=shape.softcap)
 
@@ -102,15 +109,16 @@ def paged_cache(k: torch.Tensor, v: torch.Tensor, *, block_size: int, generator:
 
 def _bind_vllm(fn: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                shape: ShapeConfig, *, backend: VllmBackendConstants, seed: int) -> BoundCall:
-    batch, q_len, heads, d = q.shape
-    device = q.device
+    heads, d, device = shape.num_q_heads, shape.head_dim, q.device
     generator = torch.Generator(device="cpu").manual_seed(seed)
     cache, table = paged_cache(k, v, block_size=shape.block_size, generator=generator)
     key_cache, value_cache = cache[..., :d], cache[..., d:]
-    q_flat, out_flat = q.view(batch * q_len, heads, d), out.view(batch * q_len, heads, d)
-    cu_seqlens_q = torch.arange(0, batch * q_len + 1, q_len, dtype=torch.int32, device=device)
-    seqused_k = torch.full((batch,), shape.kv_len, dtype=torch.int32, device=device)
-    descale = torch.ones(batch, shape.num_kv_heads, dtype=torch.float32, device=device)
+    q_flat, out_flat = q.view(shape.tokens, heads, d), out.view(shape.tokens, heads, d)
+    q_lens = [q_len for n, q_len, _ in shape.groups for _ in range(n)]
+    cu_seqlens_q = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32, device=device)
+    seqused_k = torch.tensor([kv for n, _, kv in shape.groups for _ in range(n)], dtype=torch.int32, device=device)
+    q_len, kv_len = max(q_lens), shape.max_kv_len
+    descale = torch.ones(shape.num_seqs, shape.num_kv_heads, dtype=torch.float32, device=device)
     threshold = backend.seq_threshold_3d(shape.num_kv_heads)
     segments = backend.num_par_softmax_segments
     padded = 1 << (d - 1).bit_length()
@@ -121,7 +129,7 @@ def _bind_vllm(fn: Callable[..., Any], q: torch.Tensor, k: torch.Tensor, v: torc
 
     def run() -> None:
         fn(q=q_flat, k=key_cache, v=value_cache, out=out_flat, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=q_len,
-           seqused_k=seqused_k, max_seqlen_k=shape.kv_len, softmax_scale=shape.scale, causal=True,
+           seqused_k=seqused_k, max_seqlen_k=kv_len, softmax_scale=shape.scale, causal=True,
            window_size=window, block_table=table, softcap=shape.softcap or 0, q_descale=None,
            k_descale=descale, v_descale=descale, seq_threshold_3D=threshold, num_par_softmax_segments=segments,
            softmax_segm_output=segm_output, softmax_segm_max=segm_max, softmax_segm_expsum=segm_expsum)

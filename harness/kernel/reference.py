@@ -16,7 +16,22 @@ __all__ = ["reference_attention"]
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: ShapeConfig,
                         *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """softmax(q k^T * scale, causal + window mask, optional softcap) v, in `dtype`, shaped like q."""
+    """softmax(q k^T * scale, causal + window mask, optional softcap) v, in `dtype`, shaped like q. A mixed batch
+    (flat q, harness/kernel/correctness.py's make_inputs) is computed kind by kind of sequence, each over its keys."""
+    if not shape.decodes:
+        return _attention(q, k, v, shape, dtype)
+    outs, row, seq = [], 0, 0
+    heads, d = q.shape[1], q.shape[2]
+    for n, q_len, kv_len in shape.groups:
+        part = q[row: row + n * q_len].view(n, q_len, heads, d)
+        keys, values = k[seq: seq + n, :kv_len], v[seq: seq + n, :kv_len]
+        outs.append(_attention(part, keys, values, shape, dtype).reshape(n * q_len, heads, d))
+        row, seq = row + n * q_len, seq + n
+    return torch.cat(outs)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: ShapeConfig,
+               dtype: torch.dtype) -> torch.Tensor:
     b, q_len, heads, d = q.shape
     kv_len, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads

@@ -16,26 +16,33 @@ def _seen(position: int, window: int | None) -> int:
     return position + 1 if window is None else min(position + 1, window)
 
 
+def _pairs(q_len: int, kv_len: int, window: int | None) -> int:
+    first = kv_len - q_len
+    return sum(_seen(first + i, window) for i in range(q_len))
+
+
+def _keys(q_len: int, kv_len: int, window: int | None) -> int:
+    first = kv_len - q_len
+    return kv_len - (first - _seen(first, window) + 1)
+
+
 def visible_pairs(shape: ShapeConfig) -> int:
-    """(query, key) pairs that enter the softmax, per sequence and query head."""
-    first = shape.kv_len - shape.q_len
-    return sum(_seen(first + i, shape.sliding_window) for i in range(shape.q_len))
+    """(query, key) pairs that enter the softmax, per query head, over every sequence of the call."""
+    return sum(n * _pairs(q, k, shape.sliding_window) for n, q, k in shape.groups)
 
 
 def keys_read(shape: ShapeConfig) -> int:
-    """Keys some query of a sequence needs: from the oldest one the first query sees to the last."""
-    first = shape.kv_len - shape.q_len
-    oldest = first - _seen(first, shape.sliding_window) + 1
-    return shape.kv_len - oldest
+    """Keys some query needs, over every sequence: from the oldest one a sequence's first query sees to its last."""
+    return sum(n * _keys(q, k, shape.sliding_window) for n, q, k in shape.groups)
 
 
 def flops(shape: ShapeConfig) -> int:
     """Two matrix products (q k^T and p v), 2 operations per multiply-add each; softmax not counted."""
-    return 4 * shape.head_dim * visible_pairs(shape) * shape.batch * shape.num_q_heads
+    return 4 * shape.head_dim * visible_pairs(shape) * shape.num_q_heads
 
 
 def min_bytes(shape: ShapeConfig, itemsize: int) -> int:
     """q read once, out written once, each needed key and value row of each kv head read once."""
-    q_and_out = 2 * shape.batch * shape.q_len * shape.num_q_heads * shape.head_dim
-    kv = 2 * shape.batch * keys_read(shape) * shape.num_kv_heads * shape.head_dim
+    q_and_out = 2 * shape.tokens * shape.num_q_heads * shape.head_dim
+    kv = 2 * keys_read(shape) * shape.num_kv_heads * shape.head_dim
     return (q_and_out + kv) * itemsize

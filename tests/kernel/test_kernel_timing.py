@@ -64,14 +64,19 @@ def test_a_clear_speedup_is_accepted() -> None:
 
 def test_work_is_counted_from_the_shape_with_the_window() -> None:
     decode = ShapeConfig(name="d", batch=2, q_len=1, kv_len=1000, head_dim=256, sliding_window=512)
-    assert visible_pairs(decode) == 512 and keys_read(decode) == 512
+    assert visible_pairs(decode) == 2 * 512 and keys_read(decode) == 2 * 512     # over both sequences
     full = decode.model_copy(update={"sliding_window": None})
-    assert visible_pairs(full) == 1000 and keys_read(full) == 1000
+    assert visible_pairs(full) == 2 * 1000 and keys_read(full) == 2 * 1000
     prefill = ShapeConfig(name="p", batch=1, q_len=6, kv_len=6, head_dim=16, sliding_window=3)
     assert visible_pairs(prefill) == 1 + 2 + 3 + 3 + 3 + 3 and keys_read(prefill) == 6
     # bf16: q and out 2 x 2 x 8 x 256, k and v 2 x 2 x 512 x 256, two bytes each
     assert min_bytes(decode, 2) == (2 * 2 * 8 * 256 + 2 * 2 * 512 * 256) * 2
     assert flops(decode) == 4 * 256 * 512 * 2 * 8
+    # a mixed batch counts its chunk and its decodes (4 of them over 10 keys, each seeing the window's 3)
+    mixed = prefill.model_copy(update={"decodes": 4, "decode_kv_len": 10})
+    assert mixed.mode == "mixed" and mixed.tokens == 6 + 4 and mixed.num_seqs == 5 and mixed.max_kv_len == 10
+    assert visible_pairs(mixed) == 15 + 4 * 3 and keys_read(mixed) == 6 + 4 * 3
+    assert min_bytes(mixed, 2) == (2 * 10 * 8 * 16 + 2 * 18 * 16) * 2 and flops(mixed) == 4 * 16 * 27 * 8
 
 
 def test_attainment_is_against_the_measured_ceilings() -> None:

@@ -16,12 +16,14 @@ import torch
 from agent.cli import main
 from agent.kernel_spec import VLLM_KERNEL_POLICY, load_kernel_spec
 from agent.proposers.kernel_search import file_diff
+from agent.spec import SpecError
 from audit import verify
 from audit.reader import payload_of, read_records
 from harness.kernel.config import ShapeConfig
 from harness.kernel.correctness import make_inputs
 from harness.kernel.interfaces import paged_cache, read_backend_constants
 from harness.kernel.loader import KernelLoadError, load_kernel
+from harness.kernel.reference import reference_attention
 from policies import Ledger, decide, load_policy, parse_action, redecider
 from sandbox.workspace import Workspace
 from tests.kernel import vllm_fakes
@@ -30,7 +32,10 @@ from tests.kernel.vllm_fakes import KERNEL_FILE, write_vllm_tree
 CPU = torch.device("cpu")
 SHAPES = [ShapeConfig(name="decode-window", batch=3, q_len=1, kv_len=70, head_dim=16, sliding_window=24),
           ShapeConfig(name="prefill-chunk", batch=2, q_len=20, kv_len=52, head_dim=32, block_size=32),
-          ShapeConfig(name="prefill-softcap", batch=1, q_len=40, kv_len=40, head_dim=16, softcap=30.0)]
+          ShapeConfig(name="prefill-softcap", batch=1, q_len=40, kv_len=40, head_dim=16, softcap=30.0),
+          # a chunk of 12 of a 40-token prompt beside 3 decodes over 70 keys each (vLLM's mixed batch)
+          ShapeConfig(name="mixed", batch=1, q_len=12, kv_len=40, head_dim=16, sliding_window=24, decodes=3,
+                      decode_kv_len=70)]
 
 
 def _load(tree: Path, tag: str) -> object:
@@ -76,6 +81,42 @@ def test_a_right_paged_kernel_passes_and_layout_mistakes_fail(tmp_path: Path, ke
     else:
         failed = [f for r in results for f in r["failures"]]
         assert any(failure in f for f in failed), results
+
+
+def test_only_the_mixed_batch_tells_a_kernel_that_reads_every_sequence_to_the_longest(tmp_path: Path) -> None:
+    write_vllm_tree(tmp_path, vllm_fakes.IGNORES_SEQUSED_K)
+    results = dict(zip([s.name for s in SHAPES], _load(tmp_path, "t"), strict=True))
+    assert [name for name, r in results.items() if not r["ok"]] == ["mixed"], results
+    assert any("relative L2 error" in f for f in results["mixed"]["failures"])
+
+
+def test_a_mixed_batch_is_flat_and_its_reference_is_each_sequences_own_attention() -> None:
+    shape = SHAPES[-1]
+    q, k, v = make_inputs(shape, dtype=torch.float32, device=CPU, seed=3)
+    assert q.shape == (12 + 3, 8, 16) and k.shape == (4, 70, 1, 16)
+    ref = reference_attention(q, k, v, shape)
+    rows = [(0, 12, 40)] + [(12 + i, 1, 70) for i in range(3)]          # (first row, queries, keys) per sequence
+    for s, (row, n_q, n_k) in enumerate(rows):
+        qs, ks, vs = q[row: row + n_q].double(), k[s, :n_k, 0].double(), v[s, :n_k, 0].double()
+        pos = torch.arange(n_k - n_q, n_k)[:, None]
+        key = torch.arange(n_k)[None, :]
+        mask = (key <= pos) & (pos - key < 24)
+        scores = torch.einsum("qhd,kd->hqk", qs, ks) * shape.scale
+        want = torch.einsum("hqk,kd->qhd", torch.softmax(scores.masked_fill(~mask, float("-inf")), -1), vs)
+        assert torch.allclose(ref[row: row + n_q], want), s
+
+
+def test_a_mixed_batch_needs_a_paged_interface(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(vllm_fakes.CAMPAIGN_SPEC.replace("target: {kind: kernel, interface: vllm-unified-attention, ",
+                                                     "target: {kind: kernel, interface: contiguous, ")
+                    .replace("shapes:\n", "shapes:\n  - {name: mixed, batch: 1, q_len: 8, kv_len: 8, head_dim: 16, "
+                             "decodes: 2}\n"))
+    (tmp_path / "src" / "vllm").mkdir(parents=True)
+    with pytest.raises(SpecError, match="mixed batch"):
+        load_kernel_spec(spec)
+    with pytest.raises(ValueError, match="decodes"):
+        ShapeConfig(name="bad", batch=2, q_len=1, kv_len=8, decodes=2)      # decodes beside decodes: one batch
 
 
 def test_the_backend_constants_are_read_from_the_builds_own_file(tmp_path: Path) -> None:

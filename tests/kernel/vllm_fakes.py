@@ -60,6 +60,9 @@ IGNORES_BLOCK_TABLE = KERNEL.replace(
 WRITES_THE_CACHE = KERNEL.replace("    for _ in range(_passes()):",
                                   "    k.mul_(1.0 + 1e-3)\n    for _ in range(_passes()):")
 IGNORES_WINDOW = KERNEL.replace("if window_size[0] >= 0:", "if False:")
+# every sequence as long as the longest: right whenever a batch's sequences are of one length
+IGNORES_SEQUSED_K = KERNEL.replace("n = int(cu_seqlens_q[s]), int(cu_seqlens_q[s + 1]), int(seqused_k[s])",
+                                   "n = int(cu_seqlens_q[s]), int(cu_seqlens_q[s + 1]), int(max_seqlen_k)")
 
 # The prelude: names the stock amount of work `GEMMA4_PASSES = 0` (0 keeps it), as the shipped vLLM prelude names
 # launch parameters; the search then moves it.
