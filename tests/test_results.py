@@ -393,3 +393,35 @@ def test_the_paged_vllm_kernel_table_comes_from_its_verified_log(tmp_path: Path)
         line = line.replace("**", "")
         assert f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}]" in line, line
         assert f"{row['before_pct_hbm']:.1f} → {row['after_pct_hbm']:.1f}" in line, line
+
+
+def test_the_mixed_batch_kernel_table_and_its_aa_coverage_come_from_the_runner_results() -> None:
+    """experiments/results/vllm-kernel-mixed-h200.md: every row of its stock-vs-best table is the committed runner
+    result judged as ratchet judges it, and what it says of the A/As (9 of 40 shape intervals exclude 1.000, bounds
+    0.981 to 1.012) is counted from the committed A/A results."""
+    from vllm_kernel_stock_vs_best import rows
+
+    page = (RESULTS / "vllm-kernel-mixed-h200.md").read_text()
+    ab, shape_rows = rows(json.loads((RESULTS / "vllm-kernel-mixed-h200-ab.json").read_text()), "stock", "best")
+    assert ab.outcome == "accepted" and f"{ab.overall.ratio:.3f}x [{ab.overall.low:.3f}, {ab.overall.high:.3f}]" \
+        in page
+    for r in shape_rows:
+        assert r["ok"]
+        assert (f"| {r['shape']} | {r['a_us']:,.1f} | {r['b_us']:,.1f} | {r['ratio']:.3f}x [{r['low']:.3f}, "
+                f"{r['high']:.3f}] | {r['a_pct_hbm']:.1f} → {r['b_pct_hbm']:.1f} |") in page, r["shape"]
+    mixed = {r["shape"]: r["ratio"] for r in shape_rows if r["shape"].startswith("mixed")}
+    assert [f"{v:.2f}x" for v in mixed.values()] == ["3.18x", "1.60x"] and "**3.18x**" in page
+
+    same: list[tuple[dict, str, str]] = [(json.loads((RESULTS / "vllm-kernel-mixed-h200-aa.json").read_text()),
+                                          "stock", "stock-copy")]
+    with tarfile.open(RESULTS / "vllm-kernel-mixed-h200-earlier.tgz") as tar:
+        for member in tar.getmembers():
+            if member.isfile() and ("stock-copy" in member.name or "unpatched" in member.name):
+                result = json.load(tar.extractfile(member))  # type: ignore[arg-type]
+                builds = list(result["builds"])
+                assert len({result["builds"][t]["sha256"] for t in builds}) == 1, member.name   # truly A/A
+                same.append((result, builds[0], builds[1]))
+    intervals = [(r["low"], r["high"]) for result, a, b in same for r in rows(result, a, b)[1]]
+    assert len(intervals) == 40 and sum(not lo <= 1.0 <= hi for lo, hi in intervals) == 9
+    assert round(min(lo for lo, _ in intervals), 3) == 0.981 and round(max(hi for _, hi in intervals), 3) == 1.012
+    assert "**9 exclude 1.000**" in page and "the lowest bound is 0.981 and the highest 1.012" in page
