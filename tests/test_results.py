@@ -425,3 +425,24 @@ def test_the_mixed_batch_kernel_table_and_its_aa_coverage_come_from_the_runner_r
     assert len(intervals) == 40 and sum(not lo <= 1.0 <= hi for lo, hi in intervals) == 9
     assert round(min(lo for lo, _ in intervals), 3) == 0.981 and round(max(hi for _, hi in intervals), 3) == 1.012
     assert "**9 exclude 1.000**" in page and "the lowest bound is 0.981 and the highest 1.012" in page
+
+
+def test_main_job_run11_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 11: the screens, the one confirmation, and a final comparison with every
+    cell's lower bound above 1.0."""
+    records = _main_job_records(tmp_path, 11, 46)
+    results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
+    assert [results[i]["outcome"] for i in (1, 2, 3)] == ["rejected", "rejected", "accepted"]
+    assert [r["iteration"] for r in records if r["kind"] == "iteration.confirm"] == [3]
+    text = (RESULTS / "main-job-runs.md").read_text()
+    run11 = text[text.index("## Run 11"):]
+    for i in (1, 2):
+        assert f"| {results[i]['speedup_text']} | — | rejected" in run11
+    assert f"| {results[3]['screen']['speedup_text']}, passed | **{results[3]['speedup_text']}**" in run11
+    (end,) = [r["payload"] for r in records if r["kind"] == "campaign.end"]
+    assert end["accepted"] == [3] and end["verdict"]["status"] == "improved"
+    overall = end["final"]["overall"]
+    assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in run11
+    lowest = min(end["final"]["cells"].items(), key=lambda kv: kv[1]["low"])
+    assert lowest[1]["low"] > 1.0 and lowest[0] == "in128/out1"
+    assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run11
