@@ -352,23 +352,31 @@ def test_the_two_stage_kernel_campaign_replay_figures_come_from_its_recorded_run
     assert "speedup of the serving stage" in summary and f"replayed {overall.ratio:.3f}x" in summary
 
 
-def test_main_job_run10_figures_come_from_its_verified_log(tmp_path: Path) -> None:
-    """results/main-job-runs.md, run 10: the verified log's screens, its one confirmation and the final comparison."""
-    records = _main_job_records(tmp_path, 10, 46)
+def _two_rejected_then_confirmed(tmp_path: Path, run: int, verified: int) -> tuple[str, dict]:
+    """Main job run `run`: two candidates rejected at the screen, the third screened, confirmed once and accepted,
+    each row of the page's table as the verified log has it, verdict improved. Returns the page's section of that
+    run (up to the next run's heading) and the campaign.end payload."""
+    records = _main_job_records(tmp_path, run, verified)
     results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
     assert [results[i]["outcome"] for i in (1, 2, 3)] == ["rejected", "rejected", "accepted"]
     assert [r["iteration"] for r in records if r["kind"] == "iteration.confirm"] == [3]   # one confirmation
     text = (RESULTS / "main-job-runs.md").read_text()
-    run10 = text[text.index("## Run 10"):]
+    section = text[text.index(f"## Run {run}:"):]
+    section = section[: section.find("\n## Run ", 1)] if "\n## Run " in section else section
     for i in (1, 2):
-        assert f"| {results[i]['speedup_text']} | — | rejected" in run10
-    assert f"| {results[3]['screen']['speedup_text']}, passed | **{results[3]['speedup_text']}**" in run10
+        assert f"| {results[i]['speedup_text']} | — | rejected" in section
+    assert f"| {results[3]['screen']['speedup_text']}, passed | **{results[3]['speedup_text']}**" in section
     (end,) = [r["payload"] for r in records if r["kind"] == "campaign.end"]
-    final = end["final"]
     assert end["accepted"] == [3] and end["verdict"]["status"] == "improved"
-    overall = final["overall"]
-    assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in run10
-    below = [label for label, ci in final["cells"].items() if ci["low"] < 1.0]
+    overall = end["final"]["overall"]
+    assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in section
+    return section, end
+
+
+def test_main_job_run10_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 10: the verified log's screens, its one confirmation and the final comparison."""
+    run10, end = _two_rejected_then_confirmed(tmp_path, 10, 46)
+    below = [label for label, ci in end["final"]["cells"].items() if ci["low"] < 1.0]
     assert below == ["in128/out1"] and "in128/out1, at 1.155x [0.924, 1.445]" in run10
 
 
@@ -430,19 +438,7 @@ def test_the_mixed_batch_kernel_table_and_its_aa_coverage_come_from_the_runner_r
 def test_main_job_run11_figures_come_from_its_verified_log(tmp_path: Path) -> None:
     """results/main-job-runs.md, run 11: the screens, the one confirmation, and a final comparison with every
     cell's lower bound above 1.0."""
-    records = _main_job_records(tmp_path, 11, 46)
-    results = {r["iteration"]: r["payload"] for r in records if r["kind"] == "iteration.result"}
-    assert [results[i]["outcome"] for i in (1, 2, 3)] == ["rejected", "rejected", "accepted"]
-    assert [r["iteration"] for r in records if r["kind"] == "iteration.confirm"] == [3]
-    text = (RESULTS / "main-job-runs.md").read_text()
-    run11 = text[text.index("## Run 11"):]
-    for i in (1, 2):
-        assert f"| {results[i]['speedup_text']} | — | rejected" in run11
-    assert f"| {results[3]['screen']['speedup_text']}, passed | **{results[3]['speedup_text']}**" in run11
-    (end,) = [r["payload"] for r in records if r["kind"] == "campaign.end"]
-    assert end["accepted"] == [3] and end["verdict"]["status"] == "improved"
-    overall = end["final"]["overall"]
-    assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in run11
+    run11, end = _two_rejected_then_confirmed(tmp_path, 11, 46)
     lowest = min(end["final"]["cells"].items(), key=lambda kv: kv[1]["low"])
     assert lowest[1]["low"] > 1.0 and lowest[0] == "in128/out1"
     assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run11
