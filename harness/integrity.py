@@ -6,9 +6,11 @@ start-up, or the harness itself, and the comparison would go on and report norma
 a digest before its first server starts and after its last benchmark run, and both must equal the digest
 taken when the campaign (or command) began; any difference is `MeasurementTampered`, naming the files.
 
-Python sources, `.pth` files and every file of the installed vLLM package (its compiled extensions are
-hard-linked into the workspace trees, so a candidate could write through a link) are hashed by content;
-every other file (torch and the rest: 3 GB in the CPU venv) by size, mtime and inode. Not ctime: making a
+Python sources, `.pth` files, every file of the harness package (300 KB) and every file of the installed vLLM
+package (its compiled extensions are hard-linked into the workspace trees, so a candidate could write through a
+link) are hashed by content; every other file (torch and the rest: 3 GB in the CPU venv) by size, mtime and
+inode. The harness by content because a checkout is often copied again with the same bytes (a sync, a `git
+checkout` of the same commit): by stat, a re-copied harness/README.md voided a GPU host's A/B as tampered. Not ctime: making a
 hard link changes it, and the trees link vLLM's .so files (the first version of this check called every
 A/B of a campaign tampered for that reason).
 """
@@ -64,6 +66,13 @@ def _in_vllm(path: Path, root: Path) -> bool:
     return bool(rel) and rel[0] == "vllm"
 
 
+_HARNESS = Path(__file__).resolve().parent
+
+
+def _by_content(path: Path, root: Path) -> bool:
+    return root == _HARNESS or _in_vllm(path, root)
+
+
 def _walk(root: Path) -> Iterable[Path]:
     if root.is_file():
         yield root
@@ -79,7 +88,7 @@ def digest_roots(roots: Iterable[Path]) -> MeasurementDigest:
     for root in roots:
         for path in _walk(root):
             try:
-                files[str(path)] = _file_digest(path, content=_in_vllm(path, root))
+                files[str(path)] = _file_digest(path, content=_by_content(path, root))
             except OSError:          # vanished while walking: that is a change too
                 files[str(path)] = "unreadable"
     total = hashlib.sha256()

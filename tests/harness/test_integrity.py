@@ -68,3 +68,26 @@ def test_a_hard_link_into_a_workspace_is_not_tampering_but_a_write_through_it_is
     os.utime(link, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     with pytest.raises(MeasurementTampered, match="_C.so"):
         check_unchanged(before, [root], when="after writing through the link")
+
+
+def test_the_harness_copied_again_with_the_same_bytes_is_not_tampering_but_an_edit_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout synced again between commands rewrites harness/README.md with new inodes and mtimes: by stat
+    that voided a GPU host's A/B; the harness is hashed by content, so only a change of bytes counts."""
+    import harness.integrity as integrity
+
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    readme = harness / "README.md"
+    readme.write_text("# harness\n")
+    monkeypatch.setattr(integrity, "_HARNESS", harness)
+    before = digest_roots([harness])
+    copy = tmp_path / "README.md"
+    copy.write_text("# harness\n")
+    os.replace(copy, readme)                      # the same bytes, a new inode and mtime
+    check_unchanged(before, [harness], when="after the copy")
+    stat = readme.stat()
+    readme.write_text("# harness!\n")             # same size, mtime put back
+    os.utime(readme, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with pytest.raises(MeasurementTampered, match="README.md"):
+        check_unchanged(before, [harness], when="after the edit")
