@@ -10,9 +10,9 @@ Python sources, `.pth` files, every file of the harness package (300 KB) and eve
 package (its compiled extensions are hard-linked into the workspace trees, so a candidate could write through a
 link) are hashed by content; every other file (torch and the rest: 3 GB in the CPU venv) by size, mtime and
 inode. The harness by content because a checkout is often copied again with the same bytes (a sync, a `git
-checkout` of the same commit): by stat, a re-copied harness/README.md voided a GPU host's A/B as tampered. Not ctime: making a
-hard link changes it, and the trees link vLLM's .so files (the first version of this check called every
-A/B of a campaign tampered for that reason).
+checkout` of the same commit): by stat, a re-copied harness/README.md voided a GPU host's A/B as tampered.
+Not ctime: making a hard link changes it, and the trees link vLLM's .so files (the first version of this
+check called every A/B of a campaign tampered for that reason).
 """
 
 from __future__ import annotations
