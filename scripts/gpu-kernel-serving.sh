@@ -82,8 +82,12 @@ PY
 case "${1:-}" in
 start)
   T0=$(date +%s)
+  rm -rf "$STATE" && mkdir -p "$STATE/src"
+  # The A/B runs from its own copy of the checkout (bundle parts left out), as scripts/gpu-campaign.sh does: a host
+  # may copy the checkout again before the next command, and the harness it imports is on the measurement path.
+  tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$STATE/src" && tar xf -)
+  cd "$STATE/src"
   SKIP_WORKSPACE=1 scripts/gpu-setup.sh || exit 1
-  rm -rf "$STATE" && mkdir -p "$STATE"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
   cat > "$STATE/driver.py" <<'PY'
 import json, os, signal, sys, time, hashlib
