@@ -442,3 +442,36 @@ def test_main_job_run11_figures_come_from_its_verified_log(tmp_path: Path) -> No
     lowest = min(end["final"]["cells"].items(), key=lambda kv: kv[1]["low"])
     assert lowest[1]["low"] > 1.0 and lowest[0] == "in128/out1"
     assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run11
+
+
+def test_the_h100_kernel_serving_table_and_its_slow_runs_come_from_its_recorded_runs(tmp_path: Path) -> None:
+    """vllm-kernel-serving-h100.md: the table is `analyze` on the runs in its log, and in512/out256's per-repeat
+    row (slow runs after 128 warm-ups, not only first) is those runs."""
+    import subprocess
+
+    with tarfile.open(RESULTS / "vllm-kernel-serving-h100-log.tgz") as tar:
+        tar.extract("runs.jsonl", tmp_path, filter="data")
+        tar.extract("driver.log", tmp_path, filter="data")
+    out = tmp_path / "table.json"
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu-kernel-serving.sh"), "analyze", str(tmp_path / "runs.jsonl"),
+                    str(out)], check=True, capture_output=True, timeout=300, cwd=ROOT)
+    table = json.loads(out.read_text())
+    assert table == json.loads((RESULTS / "vllm-kernel-serving-h100.json").read_text())
+    text = (RESULTS / "vllm-kernel-serving-h100.md").read_text().replace("**", "")
+    for cell, metric in (("in8192/out1", "prefill_tok_s"), ("in8192/out128", "total_token_throughput"),
+                         ("in512/out256", "total_token_throughput")):
+        m = table["cells"][cell][metric]
+        assert m["n"] == 6
+        row = next(line for line in text.splitlines() if line.startswith(f"| {cell} "))
+        ci = f"{m['ratio']:.3f}x [{m['low']:.3f}, {m['high']:.3f}]"
+        figures = f"| {m['a_median']:,.0f} | {m['b_median']:,.0f} | {ci} |"
+        assert figures in row, row
+    o = table["overall"]
+    assert f"{o['ratio']:.3f}x [{o['low']:.3f}, {o['high']:.3f}]" in text
+    runs = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    for tag, name in (("A", "stock"), ("B", "patched")):
+        per = sorted((r["repeat"], r["metrics"]) for r in runs if r["cell"] == "in512/out256" and r["tag"] == tag)
+        row = " | ".join(f"{m['total_token_throughput']:,.0f} ({m['median_tpot_ms']:.2f})" for _, m in per)
+        assert f"| {name} tok/s (TPOT ms) | {row} |" in text
+    driver = (tmp_path / "driver.log").read_text()
+    assert "128 warm-ups" in driver and "MeasurementTampered" in driver and "harness/README.md" in driver
