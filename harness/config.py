@@ -136,6 +136,10 @@ class BenchmarkConfig(BaseModel):
         "cells whose requests carry images; reported and guarded apart from the text cells"))
     only: list[str] | None = Field(default=None, description=(
         "measure only these cells of the grid (labels; `--cells` of compare and replay sets it)"))
+    cell_prompts: dict[str, PositiveInt] = Field(default_factory=dict, description=(
+        "requests per run for the cells named (labels), in place of num_prompts (and a prefill cell's factor), at "
+        "the same concurrency: a decode-heavy cell whose runs last seconds swings with every hiccup, and longer "
+        "runs settle it (experiments/results/vllm-kernel-serving-h100.md)"))
 
     @field_validator("input_lens", "output_lens")
     @classmethod
@@ -162,14 +166,28 @@ class BenchmarkConfig(BaseModel):
                              "dataset random")
         return self
 
+    @model_validator(mode="after")
+    def _cell_prompts_in_grid(self) -> BenchmarkConfig:
+        labels = [c.label for c in self._grid()]
+        unknown = [label for label in self.cell_prompts if label not in labels]
+        if unknown:
+            raise ValueError(f"cell_prompts names cells {', '.join(unknown)}, which are not in the grid "
+                             f"({', '.join(labels)})")
+        return self
+
     def prompts_for(self, cell: Cell) -> int:
+        if cell.label in self.cell_prompts:
+            return self.cell_prompts[cell.label]
         return self.num_prompts * (self.prefill_prompts_factor if cell.is_prefill else 1)
 
-    def cells(self) -> list[Cell]:
+    def _grid(self) -> list[Cell]:
         cells = [Cell(input_len=i, output_len=o) for i in self.input_lens for o in self.output_lens]
         if self.prefill:
             cells += [Cell(input_len=i, output_len=1) for i in self.input_lens if 1 not in self.output_lens]
-        cells += self.images.cells() if self.images else []
+        return cells + (self.images.cells() if self.images else [])
+
+    def cells(self) -> list[Cell]:
+        cells = self._grid()
         if self.only is None:
             return cells
         by_label = {c.label: c for c in cells}
