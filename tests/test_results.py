@@ -475,3 +475,12 @@ def test_the_h100_kernel_serving_table_and_its_slow_runs_come_from_its_recorded_
         assert f"| {name} tok/s (TPOT ms) | {row} |" in text
     driver = (tmp_path / "driver.log").read_text()
     assert "128 warm-ups" in driver and "MeasurementTampered" in driver and "harness/README.md" in driver
+
+
+def test_main_job_run12_figures_come_from_its_verified_log(tmp_path: Path) -> None:
+    """results/main-job-runs.md, run 12 (a newcomer's fresh clone): the screens, the one confirmation, and a final
+    comparison with every cell's lower bound above 1.0."""
+    run12, end = _two_rejected_then_confirmed(tmp_path, 12, 46)
+    lowest = min(end["final"]["cells"].items(), key=lambda kv: kv[1]["low"])
+    assert lowest[1]["low"] > 1.0 and lowest[0] == "in128/out1"
+    assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run12
