@@ -12,27 +12,25 @@ from typing import Any
 
 from agent import records
 from agent.base import Proposer
-from agent.errors import BudgetExhausted, CampaignError
+from agent.engine import Event, reopen
+from agent.errors import CampaignError
 from agent.executor import Executor, make_executor, preflight
 from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
-from agent.iteration import INTERRUPTED
-from agent.journal import read_journal, restore_workspace, verify_for_resume
-from agent.loop import Campaign, Event
+from agent.journal import read_journal, verify_for_resume
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, new_campaign_id, open_campaign
 from agent.server_gate import gate_server, parity_server_alongside
+from agent.serving_campaign import Campaign
 from agent.spec import CampaignSpec, SpecError
 from agent.target import served_environment, target_record, workspace_source
 from audit import AuditWriter, write_report
 from harness.measure import ABResult, Build
 from harness.parity import load_prompts, load_reference, save_reference
 from harness.stats import check_repeats
-from policies import load_policy
 from sandbox.base import Backend
 from sandbox.factory import UNISOLATED, isolation_label
 from sandbox.factory import resolve as resolve_sandbox
-from sandbox.reap import reap_under
 from sandbox.workspace import Workspace
 
 __all__ = ["CampaignEnd", "Ending", "judge_ending", "start_campaign", "resume_campaign", "new_campaign_id",
@@ -223,16 +221,7 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
                         on_event=on_event, executor=executor, measurement=measurement, measure=measure,
                         round_basis=basis, served=served_environment(target_record(source).get("target_image")))
         camp.resolve_defaults()
-        return _run_to_end(camp, base_commit=camp.incumbent_ref, branch=branch)
-
-
-def reap_leftovers(log_dir: Path) -> tuple[list[int], int]:
-    """Kill servers a crashed campaign left behind (they run in their own sessions, so the crash did not
-    take them down): local processes by their working directory (sandbox/reap.py), containers by the log
-    folder on their label. Returns (pids, containers removed)."""
-    from sandbox.docker_backend import reap_containers_under
-
-    return reap_under(log_dir / "runs"), reap_containers_under(log_dir / "runs")
+        return camp.run_to_end(base_commit=camp.incumbent_ref, branch=branch)
 
 
 def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
@@ -245,23 +234,15 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
     spec = CampaignSpec.model_validate(journal.spec)
     verify_for_resume(log_dir, journal, spec.policy)   # an edited log is refused before anything is done
     preflight(spec.executor)
-    policy = load_policy(spec.policy)
     measurement = measure.digest()
     if journal.measurement_sha256 and journal.measurement_sha256 != measurement.sha256:
         raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
                             "campaign began: its figures would not be comparable; reinstall the environment the "
                             "campaign started in, or start a new campaign")
     spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed
-    with AuditWriter.open(log_dir, campaign=journal.campaign,
-                          header={"isolation": isolation_label(spec.sandbox)}) as writer:
-        leftovers, containers = reap_leftovers(log_dir)   # under the log's lock: never a live campaign's servers
-        ws = Workspace.open(journal.workspace, spec.target.package)
-        discarded = restore_workspace(ws, journal, log_dir / "runs")
-        gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=_limits(spec), spent=dict(journal.spent))
-        writer.append(records.CAMPAIGN_RESUME, payload={"incumbent": journal.incumbent_ref, "reaped_pids": leftovers,
-                                                  "reaped_containers": containers, "discarded": discarded,
-                                                  "next_iteration": max(journal.last_iteration,
-                                                                        journal.open_iteration or 0) + 1})
+    with reopen(log_dir, journal, policy_path=spec.policy, package=spec.target.package, limits=_limits(spec),
+                header={"isolation": isolation_label(spec.sandbox)}) as opened:
+        writer, ws, gate = opened.writer, opened.workspace, opened.gate
         backend = backend_for(spec)
         proposer = proposer_for(spec, journal.proposer)
         executor = _executor(spec, writer, measure)
@@ -282,16 +263,12 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         writer=writer, gate=gate, workspace=ws, backend=backend, proposer=proposer,
                         reference=reference, baseline_rows=rows, incumbent_ref=journal.incumbent_ref,
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
-                        profile=journal.profile,
-                        next_iteration=max(journal.last_iteration, journal.open_iteration or 0) + 1, on_event=on_event,
+                        profile=journal.profile, next_iteration=opened.next_iteration, on_event=on_event,
                         executor=executor, measurement=measurement, measure=measure, round_basis=basis,
                         served=served_environment(journal.target_image))
-        for it in journal.open_iterations:   # crashed mid-round: close each open iteration as a value, go on
-            camp._finish(it, "failed", INTERRUPTED, proposal=None)
-        if journal.open_iterations:
-            writer.checkpoint()
+        camp.close_interrupted(journal.open_iterations)   # crashed mid-round: each open iteration closed, go on
         camp.resolve_defaults()
-        return _run_to_end(camp, base_commit=journal.base_commit, branch=journal.branch)
+        return camp.run_to_end(base_commit=journal.base_commit, branch=journal.branch)
 
 
 def _executor(spec: CampaignSpec, writer: AuditWriter, measure: Measurements) -> Executor:
@@ -307,42 +284,22 @@ def _executor(spec: CampaignSpec, writer: AuditWriter, measure: Measurements) ->
     return executor
 
 
-def _run_to_end(camp: Campaign, *, base_commit: str, branch: str) -> CampaignEnd:
-    try:
-        try:
-            stop = camp.run()
-        finally:
-            camp.executor.close()
-    except BudgetExhausted as exc:
-        stop = f"budget exhausted: {exc}"
-    accepted = [h for h in camp.history if h.outcome == "accepted"]
-    final, why = None, ""
-    if accepted:   # always, whatever the budget says: the loop reserved its time; an overrun beats no verdict
-        final, why = _final_comparison(camp, base_commit)
-    unconfirmed = tuple(f"iteration {h.iteration}: screen {h.speedup}" for h in camp.history
-                        if h.outcome != "accepted" and "wall budget left" in h.detail)
-    ending = judge_ending(len(accepted), final, why, unconfirmed)
-    camp.writer.append(records.CAMPAIGN_END, payload={
-        "verdict": {"status": ending.status, "text": ending.text},
-        "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
-        "accepted": [h.iteration for h in accepted], "spent": dict(camp.gate.spent),
-        "final": ({"overall": vars(final.overall) if final.overall else None,
-                   **({"images": vars(final.images)} if final.images else {}),
-                   "cells": {label: vars(per["headline"]) for label, per in final.cells.items()},
-                   "parity_ok": bool(final.parity and final.parity.ok)} if final else None)})
-    camp.writer.checkpoint()
+def campaign_end(camp: Campaign, stop: str, branch: str) -> CampaignEnd:
+    """After campaign.end: the report, the cache removed, and what the command prints."""
+    assert camp.ending is not None   # set by the conclusion, before campaign.end
     report = None
     try:
         report, _ = write_report(camp.log_dir)
     except Exception as exc:  # a report failure must not hide the campaign's result
         camp.on_event("progress", {"message": f"report not written: {exc}"})
     shutil.rmtree(camp.log_dir / "cache", ignore_errors=True)
+    accepted = [h for h in camp.history if h.outcome == "accepted"]
     return CampaignEnd(campaign_id=camp.campaign_id, log_dir=camp.log_dir, workspace=camp.workspace.root,
-                       branch=branch, stop_reason=stop, baseline_rows=camp.baseline_rows, final=final,
-                       accepted=[h.source or h.hypothesis for h in accepted], report=report, verdict=ending)
+                       branch=branch, stop_reason=stop, baseline_rows=camp.baseline_rows, final=camp.final,
+                       accepted=[h.source or h.hypothesis for h in accepted], report=report, verdict=camp.ending)
 
 
-def _final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None, str]:
+def final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None, str]:
     """Best vs stock: the incumbent measured once more against the baseline, interleaved, at the strong
     repeats (the campaign's verdict rests on it)."""
     camp.on_event("phase", {"phase": "final: best vs baseline"})

@@ -1,8 +1,8 @@
-"""What every campaign engine does with one iteration, whatever its target (serving: agent/loop.py; kernel:
-agent/kernel_campaign.py): ask the proposer and record its hypothesis, turn an error into the iteration's outcome
-(one exception ladder), commit an accepted change with its trailers, and record the outcome with the history
-entry the next proposals see. The target decides how a candidate is measured and judged; these steps are the same
-for all of them, so they are written once."""
+"""The steps of an iteration that are the same for every target (agent/engine.py runs them; serving:
+agent/serving_campaign.py, kernel: agent/kernel_campaign.py): ask the proposer and record its hypothesis, turn an
+error into the iteration's outcome (one exception ladder), commit an accepted change with its trailers, and record
+the outcome with the history entry the next proposals see. The target decides how a candidate is measured and
+judged."""
 
 from __future__ import annotations
 

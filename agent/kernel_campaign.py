@@ -1,15 +1,15 @@
-"""Kernel campaigns (`target.kind: kernel`): the ratchet of agent/loop.py around one kernel file.
+"""The kernel target of the campaign engine (agent/engine.py): the ratchet around one kernel file.
 
-Same conventions: every action passes the gate and is logged before it runs; the workspace is a git repo of
+The engine's conventions: every action passes the gate and is logged before it runs; the workspace is a git repo of
 the target with a campaign branch; a candidate is a patch, checked out beside the incumbent; it is kept only
 if it passes every correctness check (before and after timing) and the bootstrap lower bound of its paired
 speedup clears the threshold with no shape regressing past the guard; over 10x is quarantined. What differs:
 the measurement is one runner process per evaluation (harness/kernel/runner.py) instead of servers and a
 benchmark client, and the baseline and final evaluations also measure the GPU's ceilings.
 
-A new campaign (`start_kernel_campaign`) and a resumed one (agent/kernel_resume.py) run the same `run_to_end`: the
-baseline and prelude unless the log holds them, the loop, and the ending (final comparison, serving stage,
-campaign.end), a step already on record not run again.
+A new campaign (`start_kernel_campaign`) and a resumed one (agent/kernel_resume.py) run the engine's `run_to_end`:
+the baseline and prelude unless the log holds them (`begin`), the loop, and the conclusion (final comparison,
+serving stage) and campaign.end, a step already on record not run again.
 """
 
 from __future__ import annotations
@@ -17,24 +17,16 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent import records
-from agent.base import (
-    SHOWN_BUDGETS,
-    CampaignState,
-    GiveUp,
-    HistoryEntry,
-    Outcome,
-    Proposal,
-    Proposer,
-)
-from agent.errors import BudgetExhausted, CampaignError
-from agent.gatekeeper import Gatekeeper
-from agent.iteration import INTERRUPTED, classify, propose, record_outcome
+from agent.base import SHOWN_BUDGETS, CampaignState, HistoryEntry, Outcome, Proposal, Proposer
+from agent.engine import Engine, Event, IterationOutcome, Pending
+from agent.errors import CampaignError
+from agent.iteration import classify, record_outcome
 from agent.iteration import commit as commit_change
 from agent.kernel_serving import load_serving_stage, serve_best, serving_backend
 from agent.kernel_spec import KernelSpec
@@ -43,7 +35,6 @@ from agent.opening import file_sha256, open_campaign
 from agent.proposers.kernel_search import KernelSearchProposer, read_tunables
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
-from audit import AuditWriter
 from harness.errors import HarnessError
 from harness.kernel.compare import KernelAB, compare, failures_of
 from harness.kernel.config import ShapeConfig
@@ -53,10 +44,7 @@ from harness.stats import regressed_cells
 from sandbox.errors import PatchRejected, SandboxError
 from sandbox.workspace import Workspace
 
-__all__ = ["KernelCampaign", "KernelEnd", "Recorded", "kernel_limits", "kernel_request", "run_to_end",
-           "start_kernel_campaign"]
-
-Event = Callable[[str, dict[str, Any]], None]
+__all__ = ["KernelCampaign", "KernelEnd", "Recorded", "kernel_limits", "kernel_request", "start_kernel_campaign"]
 
 
 @dataclass(frozen=True)
@@ -114,31 +102,30 @@ def kernel_request(spec: KernelSpec, builds: dict[str, Path], *, roofline: bool,
                        dtype=spec.dtype, seed=secrets.randbits(31))
 
 
-@dataclass
-class KernelCampaign:
+@dataclass(kw_only=True)
+class KernelCampaign(Engine[KernelEnd]):
+    """The kernel target: candidates are patches of one kernel file; one runner process checks and times the
+    incumbent (A) beside the candidate (B). The engine (agent/engine.py) runs the rounds, one candidate each."""
+
     spec: KernelSpec
-    campaign_id: str
-    log_dir: Path
-    writer: AuditWriter
-    gate: Gatekeeper
-    workspace: Workspace
-    proposer: Proposer
     baseline_tunables: dict[str, int]
-    incumbent_ref: str
     baseline_rows: list[dict[str, Any]] = field(default_factory=list)
-    history: list[HistoryEntry] = field(default_factory=list)
-    next_iteration: int = 1
-    on_event: Event = lambda kind, data: None
-    measure: Measurements = HARNESS
     last_iteration_s: float = 0.0    # the last iteration's wall time: the loop keeps room for one more
+    # What the log already holds of the steps outside the loop (a resumed campaign), and the serving stage's spec
+    recorded: Recorded = field(default_factory=lambda: Recorded())
+    serving: CampaignSpec | None = None
     _checks: int = 0
+    # The conclusion, kept for the KernelEnd built after campaign.end
+    baseline_payload: dict[str, Any] = field(default_factory=dict)
+    final_payload: dict[str, Any] | None = None
+    served_payload: dict[str, Any] | None = None
 
     @property
     def kernel_file(self) -> str:
         return self.spec.target.kernel_file
 
     # -- measuring -------------------------------------------------------------------------------
-    def evaluate(self, builds: dict[str, Path], *, iteration: int, name: str, roofline: bool,
+    def evaluate_builds(self, builds: dict[str, Path], *, iteration: int, name: str, roofline: bool,
                  shapes: list[ShapeConfig] | None = None) -> dict[str, Any]:
         """Gate and log the runner command, run it, log the result's digest and its per-build checks.
         `shapes`: a subset of the spec's (a check_kernel's), default all of them."""
@@ -158,7 +145,7 @@ class KernelCampaign:
 
     def baseline(self) -> dict[str, Any]:
         ws = self.workspace
-        result = self.evaluate({"baseline": ws.root}, iteration=0, name="baseline", roofline=True)
+        result = self.evaluate_builds({"baseline": ws.root}, iteration=0, name="baseline", roofline=True)
         build = result["builds"]["baseline"]
         bad = {n: sh["builds"]["baseline"] for n, sh in result["shapes"].items() if not sh["builds"]["baseline"]["ok"]}
         if not build.get("loaded") or bad:
@@ -173,25 +160,43 @@ class KernelCampaign:
         self.writer.checkpoint()
         return payload
 
-    def patched_ab(self, i: int, name: str, diff: str, *, shapes: list[ShapeConfig] | None = None,
-                   on_applied: Callable[[str], object] = lambda canonical: None
-                   ) -> tuple[str, dict[str, Any], KernelAB]:
-        """The incumbent (A) and the incumbent with `diff` applied (B), checked and timed in one runner, and the
-        result read as an A/B; `on_applied(canonical diff)` runs between the patch and the runner (a log record
-        written before the action). The two trees are gone afterwards. Returns (canonical diff, result, A/B)."""
+    def candidate_trees(self, name: str, diff: str, on_applied: Callable[[str], object] = lambda canonical: None
+                        ) -> tuple[Path, Path, str]:
+        """The incumbent (A) and the incumbent with `diff` applied (B), checked out side by side under runs/`name`;
+        `on_applied(canonical diff)` runs once the patch applied (a log record written before the action).
+        Returns (tree A, tree B, canonical diff); the caller removes the trees."""
         ws, work = self.workspace, self.log_dir / "runs" / name
         tree_a = ws.checkout_copy(self.incumbent_ref, work / "tree-A")
         tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-B")
         try:
             canonical = Workspace.open(tree_b, ws.package).apply_patch(diff)
             on_applied(canonical)
-            result = self.evaluate({"A": tree_a, "B": tree_b}, iteration=i, name=name, roofline=False, shapes=shapes)
-            ab = compare(result, a="A", b="B", stats=self.spec.stats,
-                         expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
-                                          "B": file_sha256(tree_b / self.kernel_file)})
-        finally:
+        except BaseException:
             ws.remove_copy(tree_a)
             ws.remove_copy(tree_b)
+            raise
+        return tree_a, tree_b, canonical
+
+    def measured_ab(self, i: int, name: str, tree_a: Path, tree_b: Path, *, shapes: list[ShapeConfig] | None = None
+                    ) -> tuple[dict[str, Any], KernelAB]:
+        """A and B checked and timed in one runner, and the result read as an A/B."""
+        result = self.evaluate_builds({"A": tree_a, "B": tree_b}, iteration=i, name=name, roofline=False,
+                                      shapes=shapes)
+        ab = compare(result, a="A", b="B", stats=self.spec.stats,
+                     expected_sha256={"A": file_sha256(tree_a / self.kernel_file),
+                                      "B": file_sha256(tree_b / self.kernel_file)})
+        return result, ab
+
+    def patched_ab(self, i: int, name: str, diff: str, *, shapes: list[ShapeConfig] | None = None
+                   ) -> tuple[str, dict[str, Any], KernelAB]:
+        """`candidate_trees` and `measured_ab` at once (the prelude, check_kernel); the trees are gone afterwards.
+        Returns (canonical diff, result, A/B)."""
+        tree_a, tree_b, canonical = self.candidate_trees(name, diff)
+        try:
+            result, ab = self.measured_ab(i, name, tree_a, tree_b, shapes=shapes)
+        finally:
+            self.workspace.remove_copy(tree_a)
+            self.workspace.remove_copy(tree_b)
         return canonical, result, ab
 
     def prelude(self, patch: str) -> dict[str, Any]:
@@ -227,36 +232,27 @@ class KernelCampaign:
                                 f"(log: {self.log_dir})")
         return payload
 
-    # -- the loop ----------------------------------------------------------------------------------
-    def run(self) -> str:
-        """Iterations until a budget ends or the proposer gives up. Each stop is read off the state (the history, the
-        next iteration, the budget left), so a resumed campaign whose loop had already stopped stops again."""
-        budget = self.spec.budget
-        reserve = 2 if self.spec.final_comparison else 1      # an iteration and the final comparison
-        while True:
-            if self.history and self.history[-1].outcome == "invalid" and self.history[-1].detail.startswith("gave up"):
-                return f"proposer {self.history[-1].detail}"
-            if self.next_iteration > budget.max_iterations:
-                return f"iteration budget of {budget.max_iterations} reached"
-            left, last = self.gate.left("wall_seconds"), self.last_iteration_s
-            if left <= 0 or left < reserve * last:
-                return f"wall-time budget: {left:.0f} s left, an iteration takes ~{last:.0f} s"
-            t0 = time.monotonic()
-            self.iteration(self.next_iteration)
-            self.last_iteration_s = time.monotonic() - t0
-            self.writer.checkpoint()
-            self.next_iteration += 1
-            self.gate.spend("wall_seconds", self.last_iteration_s, iteration=self.next_iteration - 1)
+    # -- the engine's hooks -----------------------------------------------------------------------
+    @property
+    def max_iterations(self) -> int:
+        return self.spec.budget.max_iterations
 
-    def interrupted(self, i: int) -> None:
-        """An iteration a crash or a kill cut short (a hypothesis and no result): its outcome, recorded once."""
-        self._finish(i, "failed", INTERRUPTED, None)
+    def round_seconds(self, candidates: int) -> float:
+        return self.last_iteration_s
 
-    def _state(self, i: int) -> CampaignState:
+    def reserve_seconds(self) -> float:
+        """Room for the final comparison, which takes about an iteration."""
+        return self.last_iteration_s if self.spec.final_comparison else 0.0
+
+    def after_round(self, seconds: float, outcomes: Sequence[IterationOutcome]) -> None:
+        self.last_iteration_s = seconds
+
+    def state(self, i: int, pending: Sequence[HistoryEntry]) -> CampaignState:
         incumbent = read_tunables((self.workspace.root / self.kernel_file).read_text())
         return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref, serving_config=dict(incumbent),
                              incumbent_metrics=tuple(self.baseline_rows), baseline_metrics=tuple(self.baseline_rows),
-                             history=tuple(self.history), baseline_serving_config=dict(self.baseline_tunables),
+                             history=tuple(self.history) + tuple(pending),
+                             baseline_serving_config=dict(self.baseline_tunables),
                              budget_left={r: self.gate.left(r) for r in SHOWN_BUDGETS},
                              allowed_paths=(self.kernel_file,), target="kernel",
                              environment={"kernel file": self.kernel_file, "entry": self.spec.target.entry,
@@ -264,6 +260,90 @@ class KernelCampaign:
                                           "device": self.spec.device, "dtype": self.spec.dtype,
                                           "shapes": "; ".join(f"{s.name}: {s.model_dump(exclude_none=True)}"
                                                               for s in self.spec.shapes)})
+
+    def tools(self, i: int) -> GatedTools:
+        return GatedTools(gate=self.gate, root=self.workspace.root, iteration=i, kernel_check=KernelChecks(self, i))
+
+    def prepare(self, i: int, proposal: Proposal, earlier: Sequence[Pending]) -> tuple[Any, str]:
+        diff = to_unified_diff(self.workspace.root, proposal.patch, proposal.patch_format)
+        self.gate.require({"kind": "patch", "diff": diff}, iteration=i)
+
+        def record(canonical: str) -> None:
+            self.writer.append(records.ITERATION_PATCH, iteration=i,
+                               payload={"diff": canonical, "base": self.incumbent_ref})
+
+        tree_a, tree_b, _ = self.candidate_trees(f"it{i:03d}", diff, on_applied=record)
+        return (tree_a, tree_b), diff
+
+    def evaluate(self, items: Sequence[Pending]) -> dict[int, Any]:
+        """Each candidate in its own runner, one after another; an error is the evaluation's value."""
+        done: dict[int, Any] = {}
+        for item in items:
+            tree_a, tree_b = item.job
+            try:
+                done[item.iteration] = self.measured_ab(item.iteration, f"it{item.iteration:03d}", tree_a, tree_b)
+            except Exception as exc:
+                done[item.iteration] = exc
+        return done
+
+    def settle(self, items: Sequence[Pending], evaluations: dict[int, Any]) -> list[IterationOutcome]:
+        outcomes = []
+        for item in items:
+            i, proposal, got = item.iteration, item.proposal, evaluations.get(item.iteration)
+            if item.early is not None or got is None:
+                outcomes.append(self.finish(i, *(item.early or ("failed", "not evaluated")), proposal))
+            elif isinstance(got, BaseException):
+                outcomes.append(self.finish(i, *classify(self.writer, i, got), proposal))
+            else:
+                assert proposal is not None
+                result, ab = got
+                commit = None
+                if ab.outcome == "accepted":
+                    self.workspace.apply_patch(item.diff)
+                    commit = self._commit(i, proposal, ab)
+                    self.incumbent_ref = commit
+                outcomes.append(self._finish(i, ab.outcome, ab.reason, proposal, ab=ab, result=result, commit=commit))
+        return outcomes
+
+    def cleanup(self, items: Sequence[Pending]) -> None:
+        for item in items:
+            if item.job is not None:
+                for tree in item.job:
+                    self.workspace.remove_copy(tree)
+
+    def finish(self, i: int, outcome: Outcome, reason: str, proposal: Proposal | None) -> IterationOutcome:
+        return self._finish(i, outcome, reason, proposal)
+
+    def begin(self) -> None:
+        """The GPU's use gated, then the baseline and the prelude unless on record; their time comes off the wall
+        budget."""
+        spec, t0 = self.spec, time.monotonic()
+        if spec.device == "cuda":
+            self.gate.require({"kind": "use_gpu", "devices": 1, "minutes": self.gate.left("wall_seconds") / 60},
+                              iteration=0)
+        self.baseline_payload = self.recorded.baseline or self.baseline()
+        self.baseline_rows = _rows(self.baseline_payload)
+        if spec.target.prelude is not None and self.recorded.prelude is None:
+            self.prelude(spec.target.prelude.read_text())
+        self.gate.spend("wall_seconds", time.monotonic() - t0, iteration=0)
+
+    def conclude(self, base_commit: str, accepted: list[int]) -> dict[str, Any]:
+        """Baseline vs best (when something was accepted), then the serving stage (when that comparison accepted
+        the best); a step on record is not run again."""
+        recorded = self.recorded
+        final = recorded.final
+        if final is None and not recorded.final_failed and accepted and self.spec.final_comparison:
+            final = self.final(base_commit)
+        served = recorded.served
+        if served is None and self.serving is not None and final is not None and final["outcome"] == "accepted":
+            served = serve_best(self, base_commit, self.serving, serving_backend(self.serving))
+        self.final_payload, self.served_payload = final, served
+        return {"final_outcome": final and final["outcome"], "serving_verdict": served and served["verdict"]}
+
+    def ended(self, stop: str, branch: str) -> KernelEnd:
+        return KernelEnd(campaign_id=self.campaign_id, log_dir=self.log_dir, workspace=self.workspace.root,
+                         branch=branch, stop_reason=stop, baseline=self.baseline_payload, final=self.final_payload,
+                         history=self.history, serving=self.served_payload)
 
     # -- check_kernel: the agent's inner loop ------------------------------------------------------------
     def shapes_named(self, names: list[str] | None) -> list[ShapeConfig]:
@@ -290,39 +370,6 @@ class KernelCampaign:
             "text": text[:8000], "seconds": round(time.monotonic() - t0, 1)})
         return text
 
-    def iteration(self, i: int) -> tuple[Outcome, str]:
-        self.on_event("iteration", {"iteration": i})
-        proposal: Proposal | None = None
-        try:
-            tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i,
-                               kernel_check=KernelChecks(self, i))
-            got = propose(self.proposer, self._state(i), tools, writer=self.writer, campaign_id=self.campaign_id,
-                          on_event=self.on_event)
-            if isinstance(got, GiveUp):
-                return self._finish(i, "invalid", f"gave up: {got.reason}", None)
-            proposal = got
-            return self._verify(i, got)
-        except Exception as exc:   # the loop boundary: its outcome, unless the budget or the log ended
-            outcome, reason = classify(self.writer, i, exc)
-            return self._finish(i, outcome, reason, proposal)
-
-    def _verify(self, i: int, proposal: Proposal) -> tuple[Outcome, str]:
-        ws = self.workspace
-        diff = to_unified_diff(ws.root, proposal.patch, proposal.patch_format)
-        self.gate.require({"kind": "patch", "diff": diff}, iteration=i)
-
-        def record(canonical: str) -> None:
-            self.writer.append(records.ITERATION_PATCH, iteration=i,
-                               payload={"diff": canonical, "base": self.incumbent_ref})
-
-        _, result, ab = self.patched_ab(i, f"it{i:03d}", diff, on_applied=record)
-        commit = None
-        if ab.outcome == "accepted":
-            ws.apply_patch(diff)
-            commit = self._commit(i, proposal, ab)
-            self.incumbent_ref = commit
-        return self._finish(i, ab.outcome, ab.reason, proposal, ab=ab, result=result, commit=commit)
-
     def _commit(self, i: int, proposal: Proposal, ab: KernelAB) -> str:
         title = (proposal.source.removeprefix("kernel-search:") if proposal.source.startswith("kernel-search:")
                  else proposal.hypothesis.splitlines()[0])[:120]
@@ -331,7 +378,7 @@ class KernelCampaign:
                              per=[f"Ratchet-Shape: {name} {ci}" for name, ci in ab.shapes.items()])
 
     def _finish(self, i: int, outcome: Outcome, reason: str, proposal: Proposal | None, *, ab: KernelAB | None = None,
-                result: dict[str, Any] | None = None, commit: str | None = None) -> tuple[Outcome, str]:
+                result: dict[str, Any] | None = None, commit: str | None = None) -> IterationOutcome:
         figures: dict[str, Any] = {}
         if ab is not None and ab.overall is not None and result is not None:
             medians = {n: {tag: sh["builds"][tag]["median_us"] for tag in ("A", "B")}
@@ -343,7 +390,7 @@ class KernelCampaign:
         record_outcome(self.writer, self.history, self.on_event, i, outcome, reason, proposal, commit=commit,
                        parity_ok=ab.correct if ab else False,
                        tree=self.workspace.tree_hash(commit) if commit else None, figures=figures)
-        return outcome, reason
+        return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit)
 
     def final(self, base_commit: str) -> dict[str, Any] | None:
         """Baseline vs best, interleaved, with the ceilings measured again in the same run: the before/after."""
@@ -352,7 +399,7 @@ class KernelCampaign:
         tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-best")
         tunables_before = read_tunables((tree_a / self.kernel_file).read_text())
         try:
-            result = self.evaluate({"baseline": tree_a, "best": tree_b}, iteration=self.next_iteration,
+            result = self.evaluate_builds({"baseline": tree_a, "best": tree_b}, iteration=self.next_iteration,
                                    name="final", roofline=True)
             ab = compare(result, a="baseline", b="best", stats=self.spec.stats,
                          expected_sha256={"baseline": file_sha256(tree_a / self.kernel_file),
@@ -414,40 +461,6 @@ def _check_text(result: dict[str, Any], ab: KernelAB) -> str:
     return "\n".join([head, *lines, hint])
 
 
-def run_to_end(camp: KernelCampaign, *, base_commit: str, branch: str, serving: CampaignSpec | None,
-               recorded: Recorded = Recorded()) -> KernelEnd:
-    """The campaign from wherever its log ends: the baseline and the prelude (unless on record), the loop to a budget
-    or the proposer's end, then the ending: baseline vs best (when something was accepted), the serving stage (when
-    that comparison accepted the best), and campaign.end."""
-    spec, t0 = camp.spec, time.monotonic()
-    if spec.device == "cuda":
-        camp.gate.require({"kind": "use_gpu", "devices": 1, "minutes": camp.gate.left("wall_seconds") / 60},
-                          iteration=0)
-    baseline = recorded.baseline or camp.baseline()
-    camp.baseline_rows = _rows(baseline)
-    if spec.target.prelude is not None and recorded.prelude is None:
-        camp.prelude(spec.target.prelude.read_text())
-    try:
-        camp.gate.spend("wall_seconds", time.monotonic() - t0, iteration=0)
-        stop = camp.run()
-    except BudgetExhausted as exc:
-        stop = f"budget exhausted: {exc}"
-    accepted = [h.iteration for h in camp.history if h.outcome == "accepted"]
-    final = recorded.final
-    if final is None and not recorded.final_failed and accepted and spec.final_comparison:
-        final = camp.final(base_commit)
-    served = recorded.served
-    if served is None and serving is not None and final is not None and final["outcome"] == "accepted":
-        served = serve_best(camp, base_commit, serving, serving_backend(serving))
-    camp.writer.append(records.CAMPAIGN_END, payload={
-        "stop_reason": stop, "incumbent": camp.incumbent_ref, "iterations": len(camp.history),
-        "accepted": accepted, "spent": dict(camp.gate.spent), "final_outcome": final and final["outcome"],
-        "serving_verdict": served and served["verdict"]})
-    camp.writer.checkpoint()
-    return KernelEnd(campaign_id=camp.campaign_id, log_dir=camp.log_dir, workspace=camp.workspace.root, branch=branch,
-                     stop_reason=stop, baseline=baseline, final=final, history=camp.history, serving=served)
-
-
 def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, workspace_root: Path,
                           on_event: Event = lambda k, d: None, proposer: Proposer | None = None,
                           measure: Measurements = HARNESS) -> KernelEnd:
@@ -468,5 +481,5 @@ def start_kernel_campaign(spec: KernelSpec, spec_path: Path, *, log_root: Path, 
         ws = opened.workspace
         camp = KernelCampaign(spec=spec, campaign_id=opened.campaign_id, log_dir=opened.log_dir, writer=opened.writer,
                               gate=opened.gate, workspace=ws, proposer=proposer, baseline_tunables=tunables_of(ws),
-                              incumbent_ref=ws.head(), on_event=on_event, measure=measure)
-        return run_to_end(camp, base_commit=ws.head(), branch=opened.branch, serving=serving)
+                              incumbent_ref=ws.head(), on_event=on_event, measure=measure, serving=serving)
+        return camp.run_to_end(base_commit=ws.head(), branch=opened.branch)

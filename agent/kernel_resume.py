@@ -11,7 +11,7 @@ here, as `ratchet replay` hands such a log to agent/kernel_replay.py), from its 
   removed, the branch reset to the incumbent (uncommitted work, and a commit whose result was never recorded,
   are dropped; `campaign.resume` says what was).
 - An iteration with a hypothesis and no result is recorded once, failed (interrupted); the loop then goes on from
-  the next iteration to its budget and the campaign ends as a live one does (kernel_campaign.run_to_end), a step
+  the next iteration to its budget and the campaign ends as a live one does (the engine's run_to_end), a step
   already on record not run again.
 """
 
@@ -20,19 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import records
 from agent.base import Proposer
-from agent.campaign import reap_leftovers
+from agent.engine import Event, reopen
 from agent.errors import CampaignError
-from agent.gatekeeper import Gatekeeper
-from agent.journal import Journal, read_journal, restore_workspace, verify_for_resume
-from agent.kernel_campaign import Event, KernelCampaign, KernelEnd, Recorded, kernel_limits, run_to_end
+from agent.journal import Journal, read_journal, verify_for_resume
+from agent.kernel_campaign import KernelCampaign, KernelEnd, Recorded, kernel_limits
 from agent.kernel_serving import load_serving_stage
 from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
-from audit import AuditWriter
-from policies import load_policy
-from sandbox.workspace import Workspace
 
 __all__ = ["check_resumable", "resume_kernel_campaign"]
 
@@ -65,27 +60,17 @@ def resume_kernel_campaign(log_dir: Path, *, proposer_for: Callable[[KernelSpec,
     journal, spec = check_resumable(log_dir)
     serving = load_serving_stage(spec) if journal.served is None else None
     proposer = proposer_for(spec, journal.proposer)
-    next_iteration = max(journal.last_iteration, journal.open_iteration or 0) + 1
-    with AuditWriter.open(log_dir, campaign=journal.campaign) as writer:   # its lock: no campaign runs on this log
-        pids, containers = reap_leftovers(log_dir)
-        ws = Workspace.open(journal.workspace, spec.target.package)
-        discarded = restore_workspace(ws, journal, log_dir / "runs")
-        gate = Gatekeeper(policy=load_policy(spec.policy_file), writer=writer, root=ws.root,
-                          limits=kernel_limits(spec), spent=dict(journal.spent))
-        writer.append(records.CAMPAIGN_RESUME, payload={
-            "incumbent": journal.incumbent_ref, "reaped_pids": pids, "reaped_containers": containers,
-            "discarded": discarded, "next_iteration": next_iteration, "interrupted": journal.open_iterations})
+    with reopen(log_dir, journal, policy_path=spec.policy_file, package=spec.target.package,
+                limits=kernel_limits(spec)) as opened:
         prelude = journal.prelude or {}
-        camp = KernelCampaign(spec=spec, campaign_id=journal.campaign, log_dir=log_dir, writer=writer, gate=gate,
-                              workspace=ws, proposer=proposer,
+        camp = KernelCampaign(spec=spec, campaign_id=journal.campaign, log_dir=log_dir, writer=opened.writer,
+                              gate=opened.gate, workspace=opened.workspace, proposer=proposer,
                               baseline_tunables=dict(prelude.get("tunables") or journal.start["tunables"]),
                               incumbent_ref=journal.incumbent_ref, history=list(journal.history),
-                              next_iteration=next_iteration, on_event=on_event, measure=measure,
-                              last_iteration_s=journal.last_round_s)
-        for it in journal.open_iterations:
-            camp.interrupted(it)
-        if journal.open_iterations:
-            writer.checkpoint()
-        return run_to_end(camp, base_commit=journal.base_commit, branch=journal.branch, serving=serving,
-                          recorded=Recorded(baseline=journal.baseline, prelude=journal.prelude, final=journal.final,
-                                            final_failed=journal.final_failed, served=journal.served))
+                              next_iteration=opened.next_iteration, on_event=on_event, measure=measure,
+                              last_iteration_s=journal.last_round_s, serving=serving,
+                              recorded=Recorded(baseline=journal.baseline, prelude=journal.prelude,
+                                                final=journal.final, final_failed=journal.final_failed,
+                                                served=journal.served))
+        camp.close_interrupted(journal.open_iterations)
+        return camp.run_to_end(base_commit=journal.base_commit, branch=journal.branch)

@@ -4,9 +4,9 @@ args, a kernel campaign's evaluations, and the digest of the measurement path th
 real implementation is the harness (`HARNESS`); the unit suite passes a fake (tests/fake_measurements.py),
 so a whole campaign, a resume and a replay run in seconds without vLLM.
 
-Only the campaign's drivers (agent/campaign.py, loop.py, executor.py, trial.py, incumbent_profile.py,
-replay.py, kernel_campaign.py) take measurements, and they take them through here: nothing else in agent/
-calls the harness's measuring functions (tests/test_style.py checks it).
+Only the campaign's drivers (agent/campaign.py, serving_campaign.py, executor.py, trial.py,
+incumbent_profile.py, replay.py, kernel_campaign.py) take measurements, and they take them through here: nothing
+else in agent/ calls the harness's measuring functions (tests/test_style.py checks it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The kinds of record a campaign writes to its audit log, in one place: the writers (campaign.py, loop.py,
-kernel_campaign.py, trial.py, tools.py, incumbent_profile.py, gatekeeper.py) and the readers (journal.py,
-replay.py) name them from here. audit/ reads some of them too but imports nothing of ours (data flows one
+"""The kinds of record a campaign writes to its audit log, in one place: the writers (engine.py, campaign.py,
+serving_campaign.py, kernel_campaign.py, trial.py, tools.py, incumbent_profile.py, gatekeeper.py) and the readers
+(journal.py, replay.py) name them from here. audit/ reads some of them too but imports nothing of ours (data flows one
 way), so tests/agent/test_records.py checks that every kind audit/ names is one of these.
 
 The strings are the log's format: old logs carry them, so a kind is never renamed, only added. The audit

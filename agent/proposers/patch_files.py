@@ -61,4 +61,4 @@ class PatchFilesProposer:
             if source in tried:
                 continue
             return Proposal(hypothesis=_hypothesis(path, text), patch=_diff(text), source=source, patch_format="diff")
-        return GiveUp(reason=f"every patch file was proposed ({len(self.paths)})")
+        return GiveUp(reason=f"every patch file was proposed ({len(self.paths)}): the list is exhausted")

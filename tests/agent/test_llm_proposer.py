@@ -534,7 +534,7 @@ def test_the_prompt_names_versions_hardware_backend_and_the_models_shapes() -> N
 
 
 def test_the_allowed_paths_shown_to_the_model_come_from_the_loaded_policy() -> None:
-    from agent.loop import allowed_write_globs
+    from agent.serving_campaign import allowed_write_globs
     from policies import load_policy
 
     root = Path(__file__).resolve().parents[2]

@@ -16,9 +16,9 @@ from agent.campaign import _limits
 from agent.errors import ActionDenied
 from agent.executor import EvalJob, EvalOutcome, WorkerLost
 from agent.gatekeeper import Gatekeeper
-from agent.loop import Campaign
 from agent.measurements import HARNESS
 from agent.proposers.search import SearchProposer
+from agent.serving_campaign import Campaign
 from agent.spec import load_spec
 from audit import AuditWriter, verify
 from audit.reader import payload_of, read_records

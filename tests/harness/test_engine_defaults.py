@@ -44,7 +44,7 @@ def test_the_embedded_checkpoint_resolves_chunked_prefill_and_max_num_seqs() -> 
 @pytest.mark.vllm
 def test_what_the_platform_overrides_is_what_is_in_force() -> None:
     # vLLM CPU has no CUDA graphs and forces async scheduling off: asking for either changes nothing, and
-    # the campaign refuses such a serving.yaml-only candidate as a no-op (agent/loop.py) instead of an A/B
+    # the campaign refuses such a serving.yaml-only candidate as a no-op (agent/serving_campaign.py) instead of an A/B
     asked = {**SPEC_ARGS, "enforce_eager": False, "cudagraph_mode": "PIECEWISE", "max_cudagraph_capture_size": 64,
              "async_scheduling": True}
     effective = effective_engine_args(TINY_MODEL, asked, env={"VLLM_CPU_KVCACHE_SPACE": "2"})

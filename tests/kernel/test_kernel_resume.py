@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
+import agent.engine
 import agent.kernel_campaign
 import agent.measurements
 import audit.writer
@@ -136,7 +137,7 @@ def _arm(point: str) -> None:
     if name == "propose":
         _wrap(KernelSearchProposer, "propose", before=die_at_hit)
     elif name == "hypothesis":
-        _wrap(agent.kernel_campaign, "propose", after=lambda: hit() and _die())
+        _wrap(agent.engine, "propose", after=lambda: hit() and _die())
     elif name == "runner":
         _wrap(agent.measurements, "run_evaluation", before=lambda *a, **k: hit() and _die_once_a_child_runs())
     elif name == "commit":

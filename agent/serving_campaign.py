@@ -1,4 +1,5 @@
-"""The campaign loop: baseline, then measure → hypothesize → optimize → verify until a budget ends.
+"""The serving target of the campaign engine (agent/engine.py): candidates are patches of a vLLM tree and its
+serving.yaml, measured by servers and the benchmark grid.
 
 Only a candidate with exact token parity on the held prompts (ids and logprob drift) and a Student-t
 lower bound of the speedup above the spec's threshold (no cell regressing past its guard) is a winner, and
@@ -17,35 +18,25 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent import records
-from agent.base import (
-    SHOWN_BUDGETS,
-    CampaignState,
-    GiveUp,
-    HistoryEntry,
-    Outcome,
-    Proposal,
-    Proposer,
-)
+from agent.base import SHOWN_BUDGETS, CampaignState, HistoryEntry, Outcome, Proposal
+from agent.engine import Engine, IterationOutcome, Pending
 from agent.environment import proposer_context
-from agent.errors import ActionDenied, BudgetExhausted
+from agent.errors import ActionDenied
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor
-from agent.gatekeeper import Gatekeeper
 from agent.incumbent_profile import profile_incumbent
-from agent.iteration import classify, propose, record_outcome
+from agent.iteration import classify, record_outcome
 from agent.iteration import commit as commit_change
-from agent.measurements import HARNESS, Measurements
 from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
-from audit import AuditError, AuditWriter
 from harness.engine_args import spec_owned_changes
 from harness.errors import HarnessError, PortInUse
 from harness.integrity import MeasurementDigest
@@ -59,19 +50,10 @@ from sandbox.base import Backend
 from sandbox.errors import PatchRejected
 from sandbox.workspace import SERVING_FILE, Workspace
 
+if TYPE_CHECKING:
+    from agent.campaign import CampaignEnd, Ending
+
 __all__ = ["Campaign", "Confirmation", "IterationOutcome"]
-
-Event = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class IterationOutcome:
-    iteration: int
-    outcome: Outcome
-    reason: str
-    result: ABResult | None = None
-    commit: str | None = None
-    placement: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,59 +69,37 @@ CONFIRM_SEED_OFFSET = 1_000_003
 PORT_ATTEMPTS = 3          # evaluations whose port another campaign took first
 
 
-@dataclass
-class _Pending:
-    """One iteration of a round, between its proposal and its verdict."""
+@dataclass(kw_only=True)
+class Campaign(Engine["CampaignEnd"]):
+    """The serving target: a vLLM tree and its serving.yaml, measured by servers and the benchmark grid with parity
+    on held prompts; a round's candidates are screened together against one incumbent, and only the best of them
+    is confirmed in a fresh A/B and committed. The engine (agent/engine.py) runs the rounds."""
 
-    iteration: int
-    proposal: Proposal | None = None
-    job: EvalJob | None = None
-    diff: str = ""                               # the canonical patch, as recorded and as committed
-    early: tuple[Outcome, str] | None = None     # decided before evaluation: gave up, denied, bad patch, error
-    noop: Future[str | None] | None = None       # vLLM's resolution of a serving.yaml-only patch, under way
-
-    def pending_entry(self) -> HistoryEntry:
-        assert self.proposal is not None
-        return HistoryEntry(iteration=self.iteration, hypothesis=self.proposal.hypothesis, outcome="pending",
-                            predicted_speedup=self.proposal.predicted_speedup, source=self.proposal.source,
-                            detail="proposed in this round; being evaluated in parallel")
-
-
-@dataclass
-class Campaign:
     spec: CampaignSpec
     spec_path: Path
-    campaign_id: str
-    log_dir: Path
-    writer: AuditWriter
-    gate: Gatekeeper
-    workspace: Workspace
     backend: Backend
-    proposer: Proposer
     reference: list[Generation]
     baseline_rows: list[dict[str, Any]]
-    incumbent_ref: str
     incumbent_rows: list[dict[str, Any]]
-    history: list[HistoryEntry] = field(default_factory=list)
     profile: str | None = None             # the incumbent's top ops (baseline's, then each accept's), rendered
-    next_iteration: int = 1
     started: float = field(default_factory=time.monotonic)
-    on_event: Event = lambda kind, data: None
     executor: Executor = field(default_factory=LocalExecutor)
     _eval_minutes: float = 0.0                              # the longest evaluation so far, for the GPU budget
     _eval_seconds: float = 0.0                              # the same in wall seconds, for the wall budget
     _confirm_seconds: float = 0.0                           # the last confirmation's wall seconds, once one ran
-    _round_started: float = 0.0
     effective_serving: dict[str, object] = field(default_factory=dict)   # vLLM's view of the incumbent's args
     _resolver: ThreadPoolExecutor | None = field(default=None, repr=False)   # the round's no-op checks
+    _noops: dict[int, Future[str | None]] = field(default_factory=dict, repr=False)   # under way, by iteration
     measurement: MeasurementDigest | None = None    # the measurement path as the campaign found it
     context: dict[str, str] = field(default_factory=dict)   # the proposer's environment block (proposer_context)
     served: dict[str, object] | None = None   # vllm-image: the environment with the image's versions (agent/target.py)
     trials: Trials | None = None                            # try_patch's runner, made on first use
-    measure: Measurements = HARNESS                         # every measurement (agent/measurements.py)
     # What the first round is planned with: the baseline server's start-up and its grid's seconds (one build)
     round_basis: tuple[float, float] = (0.0, 0.0)
     _last_round: tuple[float, int] | None = None            # the last round's seconds and its candidates
+    # The conclusion (final comparison and verdict), kept for the CampaignEnd built after campaign.end
+    final: ABResult | None = None
+    ending: Ending | None = None
 
     def resolve_defaults(self) -> None:
         """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
@@ -156,49 +116,85 @@ class Campaign:
         self.writer.append(records.ENGINE_DEFAULTS, payload={"incumbent": self.incumbent_ref, "serving": config,
                                                        "effective": self.effective_serving})
 
-    # -- the loop -------------------------------------------------------------------------------
-    def run(self) -> str:
-        """Run rounds until a budget ends; return why the campaign stopped. A round is `slots` iterations:
-        proposed one after another (each proposal sees the round's earlier ones as pending), evaluated
-        in parallel by the executor, then judged and recorded in iteration order."""
-        budget = self.spec.budget
-        while True:
-            if self.next_iteration > budget.max_iterations:
-                return f"iteration budget of {budget.max_iterations} reached"
-            left = self.gate.left("wall_seconds")
-            # never start a round that would overrun the wall budget, nor, once something is accepted, one that
-            # would leave no time for the final best-vs-stock comparison (a round's own confirmation checks
-            # that it leaves time for itself and the final); a round of several candidates shrinks to fit
-            reserve = self._strong_seconds if any(h.outcome == "accepted" for h in self.history) else 0.0
-            slots = min(self.executor.slots, budget.max_iterations - self.next_iteration + 1, self._gpu_slots())
-            if slots < 1:
-                return f"GPU budget: {self.gate.left('gpu_minutes'):.1f} GPU-minutes left, less than one evaluation"
-            fit = next((k for k in range(slots, 0, -1) if self._round_seconds(k) <= left - reserve), 0)
-            if fit < 1:
-                return (f"wall-time budget: {left:.0f} s left, a round takes ~{self._round_seconds(1):.0f} s"
-                        + (f" and ~{reserve:.0f} s stay reserved for the final comparison" if reserve else ""))
-            if fit < slots:
-                self.on_event("progress", {"message": f"{fit} candidate(s) this round, not {slots}: a round of "
-                                                      f"{slots} takes ~{self._round_seconds(slots):.0f} s, "
-                                                      f"{left - reserve:.0f} s are left"})
-            t0 = time.monotonic()
-            outcomes = self.round(self.next_iteration, fit)
-            duration = time.monotonic() - t0
-            self._last_round = (duration, len(outcomes))
-            self.writer.checkpoint()
-            self.next_iteration = outcomes[-1].iteration + 1
-            self.gate.spend("wall_seconds", duration, iteration=outcomes[-1].iteration)
-            self._spend_gpu(outcomes)
-            done = next((o for o in outcomes if self._proposer_done(o)), None)
-            if done is not None:
-                return f"proposer {done.reason}"
+    # -- the engine's hooks -----------------------------------------------------------------------
+    @property
+    def max_iterations(self) -> int:
+        return self.spec.budget.max_iterations
+
+    def tools(self, i: int) -> GatedTools:
+        return GatedTools(gate=self.gate, root=self.workspace.root, iteration=i, trial=self._trials(i))
+
+    def prepare(self, i: int, proposal: Proposal, earlier: Sequence[Pending]) -> tuple[Any, str]:
+        reserved = [port for item in earlier if item.job is not None for port in item.job.ports.values()]
+        job, diff, noop = self._prepare(i, proposal, reserved)
+        if noop is not None:
+            self._noops[i] = noop
+        return job, diff
+
+    def evaluate(self, items: Sequence[Pending]) -> dict[int, Any]:
+        jobs = [item.job for item in items]
+        evals: dict[int, EvalOutcome] = {}
+        if not jobs:
+            return evals
+        parallel = f" ({len(jobs)} candidates in parallel)" if len(jobs) > 1 else ""
+        self.on_event("phase", {"phase": f"verify: parity, then interleaved A/B{parallel}"})
+        for o in self._evaluate(jobs):
+            evals[o.iteration] = o
+            # a comparison of several candidates took its whole time for all of its builds
+            together = o.placement.get("comparison_seconds")
+            whole = float(together or o.placement.get("seconds") or 0.0)
+            self._eval_seconds = max(self._eval_seconds,
+                                     self._ab_seconds(whole, builds=len(jobs) + 1 if together else 2))
+        return evals
+
+    def finish(self, i: int, outcome: Outcome, reason: str, proposal: Proposal | None) -> IterationOutcome:
+        return self._finish(i, outcome, reason, proposal=proposal)
+
+    def slots(self) -> tuple[int, str]:
+        slots = min(self.executor.slots, self._gpu_slots())
+        return slots, f"GPU budget: {self.gate.left('gpu_minutes'):.1f} GPU-minutes left, less than one evaluation"
+
+    def reserve_seconds(self) -> float:
+        """Once something is accepted, a round must leave time for the final best-vs-stock comparison (a round's
+        own confirmation checks that it leaves time for itself and the final)."""
+        return self._strong_seconds if any(h.outcome == "accepted" for h in self.history) else 0.0
+
+    def after_round(self, seconds: float, outcomes: Sequence[IterationOutcome]) -> None:
+        self._last_round = (seconds, len(outcomes))
+        self._spend_gpu(list(outcomes))
+
+    def close(self) -> None:
+        self.executor.close()
+        if self._resolver is not None:
+            self._resolver.shutdown(wait=False, cancel_futures=True)
+
+    def conclude(self, base_commit: str, accepted: list[int]) -> dict[str, Any]:
+        from agent.campaign import final_comparison, judge_ending  # the ending's rules live with the campaign
+
+        why = ""
+        if accepted:   # always, whatever the budget says: the loop reserved its time; an overrun beats no verdict
+            self.final, why = final_comparison(self, base_commit)
+        unconfirmed = tuple(f"iteration {h.iteration}: screen {h.speedup}" for h in self.history
+                            if h.outcome != "accepted" and "wall budget left" in h.detail)
+        self.ending = judge_ending(len(accepted), self.final, why, unconfirmed)
+        final = self.final
+        return {"verdict": {"status": self.ending.status, "text": self.ending.text},
+                "final": ({"overall": vars(final.overall) if final.overall else None,
+                           **({"images": vars(final.images)} if final.images else {}),
+                           "cells": {label: vars(per["headline"]) for label, per in final.cells.items()},
+                           "parity_ok": bool(final.parity and final.parity.ok)} if final else None)}
+
+    def ended(self, stop: str, branch: str) -> CampaignEnd:
+        from agent.campaign import campaign_end
+
+        return campaign_end(self, stop, branch)
 
     # On an H200 a round of three (proposals and tree copies included) would have taken ~965 s, 1.22x its
     # baseline's start-up plus four of its grids (175 + 4 x 154 s; experiments/results/h200-arms-campaign.md:
     # it was cut short, so ~965 s is projected from 54 of its 64 runs). The first round's estimate is padded so.
     ROUND_MARGIN = 1.2
 
-    def _round_seconds(self, candidates: int) -> float:
+    def round_seconds(self, candidates: int) -> float:
         """What a round of `candidates` is expected to take: its servers' start-up (together: about one) and each
         build's grid once. From the last round when there was one (its time beyond one start-up scaled by the
         builds measured), else from the baseline's start-up and grid. 0 when nothing is known yet."""
@@ -223,75 +219,12 @@ class Campaign:
                 self._eval_minutes = max(self._eval_minutes, seconds / 60)
                 self.gate.spend("gpu_minutes", self.executor.gpus_per_eval * seconds / 60, iteration=o.iteration)
 
-    def _proposer_done(self, outcome: IterationOutcome) -> bool:
-        """A proposer that says its space is exhausted, or gives up three times in a row, is done."""
-        if outcome.outcome != "invalid" or not outcome.reason.startswith("gave up"):
-            return False
-        return "exhausted" in outcome.reason or all(h.outcome == "invalid" for h in self.history[-3:]) \
-            and len(self.history) >= 3
-
-    def iteration(self, i: int) -> IterationOutcome:
-        """One iteration on its own: a round of one."""
-        return self.round(i, 1)[0]
-
-    def round(self, first: int, slots: int) -> list[IterationOutcome]:
-        self._round_started = time.monotonic()
-        items: list[_Pending] = []
-        reserved: list[int] = []          # ports gated for this round's evaluations: never handed out twice
-        stop: BaseException | None = None
-        for i in range(first, first + slots):
-            self.on_event("iteration", {"iteration": i})
-            item = _Pending(i)
-            items.append(item)
-            try:
-                proposal = self._propose(i, [p.pending_entry() for p in items if p.job])
-                if isinstance(proposal, GiveUp):
-                    item.early = ("invalid", f"gave up: {proposal.reason}")
-                    break
-                item.proposal = proposal
-                item.job, item.diff, item.noop = self._prepare(i, proposal, reserved)
-                reserved += item.job.ports.values()
-            except BudgetExhausted as exc:   # evaluate what this round already prepared, then stop
-                stop = exc
-                if item.proposal is None:    # nothing of this iteration was recorded: it did not happen
-                    items.pop()
-                else:
-                    item.early = ("failed", f"budget exhausted while preparing: {exc}")
-                break
-            except AuditError:
-                self._cleanup(items)
-                raise
-            except Exception as exc:
-                item.early = self._classify(i, exc)
-        self._refuse_noops(items)
-        if not items and stop is not None:
-            raise stop
-        evals: dict[int, EvalOutcome] = {}
-        jobs = [item.job for item in items if item.job]
-        try:
-            if jobs:
-                parallel = f" ({len(jobs)} candidates in parallel)" if len(jobs) > 1 else ""
-                self.on_event("phase", {"phase": f"verify: parity, then interleaved A/B{parallel}"})
-                for o in self._evaluate(jobs):
-                    evals[o.iteration] = o
-                    # a comparison of several candidates took its whole time for all of its builds
-                    together = o.placement.get("comparison_seconds")
-                    whole = float(together or o.placement.get("seconds") or 0.0)
-                    self._eval_seconds = max(self._eval_seconds,
-                                             self._ab_seconds(whole, builds=len(jobs) + 1 if together else 2))
-            outcomes = self._settle(items, evals)    # the trees are still there for a confirmation
-        finally:
-            self._cleanup(items)
-        if stop is not None:
-            raise stop
-        return outcomes
-
     # -- steps ------------------------------------------------------------------------------------
-    def _state(self, i: int, pending: list[HistoryEntry] | None = None) -> CampaignState:
+    def state(self, i: int, pending: Sequence[HistoryEntry] = ()) -> CampaignState:
         return CampaignState(iteration=i, incumbent_ref=self.incumbent_ref,
                              serving_config=self.workspace.serving_config(),
                              incumbent_metrics=tuple(self.incumbent_rows), baseline_metrics=tuple(self.baseline_rows),
-                             history=tuple(self.history) + tuple(pending or ()), profile=self.profile,
+                             history=tuple(self.history) + tuple(pending), profile=self.profile,
                              baseline_serving_config=dict(self.spec.server.engine_args),
                              effective_serving_config=dict(self.effective_serving),
                              budget_left={r: self.gate.left(r) for r in SHOWN_BUDGETS},
@@ -311,12 +244,6 @@ class Campaign:
                                  writer=self.writer, log_dir=self.log_dir, measurement=self.measurement,
                                  log_chars=int(chars), measure=self.measure)
         return self.trials.for_iteration(i, self.incumbent_ref)
-
-    def _propose(self, i: int, pending: list[HistoryEntry]) -> Proposal | GiveUp:
-        self.on_event("phase", {"phase": "propose"})
-        tools = GatedTools(gate=self.gate, root=self.workspace.root, iteration=i, trial=self._trials(i))
-        return propose(self.proposer, self._state(i, pending), tools, writer=self.writer,
-                       campaign_id=self.campaign_id, on_event=self.on_event)
 
     def _prepare(self, i: int, proposal: Proposal, reserved: list[int]
                  ) -> tuple[EvalJob, str, Future[str | None] | None]:
@@ -368,7 +295,7 @@ class Campaign:
 
         The same text raises at once. vLLM's resolution (a fresh process importing vLLM: ~23 s on an H200 host)
         runs in the background, so that a round's candidates are resolved together rather than one after
-        another (3 x 23 s before a round of three could start its servers); `_refuse_noops` collects them."""
+        another (3 x 23 s before a round of three could start its servers); `screen` collects them."""
         if incumbent == candidate:
             raise PatchRejected("no-op: the patch changes serving.yaml's text, not its engine args")
         if not self.effective_serving:
@@ -393,20 +320,21 @@ class Campaign:
                                                 thread_name_prefix="noop-check")
         return self._resolver.submit(resolve)
 
-    def _refuse_noops(self, items: list[_Pending]) -> None:
+    def screen(self, items: Sequence[Pending]) -> None:
         """Wait for the round's no-op checks; a candidate vLLM resolves to the args in force is refused (invalid)
         before any server starts, and its trees are removed. Its servers' ports, gated already, stay unused."""
         for item in items:
-            if item.noop is None:
+            noop = self._noops.pop(item.iteration, None)
+            if noop is None:
                 continue
-            reason, item.noop = item.noop.result(), None
+            reason = noop.result()
             if reason is not None and item.job is not None:
-                item.early = self._classify(item.iteration, PatchRejected(reason))
+                item.early = classify(self.writer, item.iteration, PatchRejected(reason))
                 for tree in (item.job.a.tree, item.job.b.tree):
                     self.workspace.remove_copy(tree)
                 item.job = None
 
-    def _cleanup(self, items: list[_Pending]) -> None:
+    def cleanup(self, items: Sequence[Pending]) -> None:
         for item in items:
             if item.job is not None:
                 for tree in (item.job.a.tree, item.job.b.tree):
@@ -460,10 +388,7 @@ class Campaign:
         self.on_event("progress", {"message": f"iteration {job.iteration}: worker lost ({type(exc).__name__}); "
                                               f"retrying (attempt {job.attempt + 1})"})
 
-    def _classify(self, i: int, exc: BaseException) -> tuple[Outcome, str]:
-        return classify(self.writer, i, exc)
-
-    def _settle(self, items: list[_Pending], evals: dict[int, EvalOutcome]) -> list[IterationOutcome]:
+    def settle(self, items: Sequence[Pending], evals: dict[int, Any]) -> list[IterationOutcome]:
         """Judge and record in iteration order. Every candidate of a round was measured against the same
         incumbent, so at most one can be committed: the one with the highest lower bound."""
         verdicts: dict[int, Verdict] = {}          # only for results with exact parity
@@ -488,7 +413,7 @@ class Campaign:
                 outcome, reason = item.early or ("failed", "not evaluated")
                 outcomes.append(self._finish(i, outcome, reason, proposal=proposal))
             elif o.error is not None or o.result is None:
-                outcome, reason = self._classify(i, o.error or RuntimeError("evaluation returned nothing"))
+                outcome, reason = classify(self.writer, i, o.error or RuntimeError("evaluation returned nothing"))
                 outcomes.append(self._finish(i, outcome, reason, proposal=proposal, placement=o.placement))
             else:
                 assert proposal is not None
@@ -533,7 +458,7 @@ class Campaign:
         when the wall budget cannot hold it and the final comparison after it."""
         i = job.iteration
         need = 2 * self._strong_seconds
-        left = self.gate.left("wall_seconds") - (time.monotonic() - self._round_started)
+        left = self.gate.left("wall_seconds") - (time.monotonic() - self.round_started)
         if left < need:
             return Confirmation(None, f"not confirmed: {left:.0f} s of the wall budget left, a confirmation "
                                       f"and the final comparison need ~{need:.0f} s; left uncommitted")
