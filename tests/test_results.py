@@ -484,3 +484,26 @@ def test_main_job_run12_figures_come_from_its_verified_log(tmp_path: Path) -> No
     lowest = min(end["final"]["cells"].items(), key=lambda kv: kv[1]["low"])
     assert lowest[1]["low"] > 1.0 and lowest[0] == "in128/out1"
     assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run12
+
+
+def test_the_partial_paged_fast_paths_serving_runs_are_its_recorded_runs(tmp_path: Path) -> None:
+    """vllm-kernel-serving-paged-h100-partial.md: the table is `analyze` on its 13 recorded runs (2 whole pairs a
+    cell), and each row's runs and median ratio are those runs."""
+    import subprocess
+
+    with tarfile.open(RESULTS / "vllm-kernel-serving-paged-h100-partial-log.tgz") as tar:
+        tar.extract("runs.jsonl", tmp_path, filter="data")
+        tar.extract("driver.log", tmp_path, filter="data")
+    out = tmp_path / "table.json"
+    subprocess.run(["bash", str(ROOT / "scripts" / "gpu-kernel-serving.sh"), "analyze", str(tmp_path / "runs.jsonl"),
+                    str(out)], check=True, capture_output=True, timeout=300, cwd=ROOT)
+    table = json.loads(out.read_text())
+    assert table == json.loads((RESULTS / "vllm-kernel-serving-paged-h100-partial.json").read_text())
+    text = (RESULTS / "vllm-kernel-serving-paged-h100-partial.md").read_text()
+    for cell, entry in table["cells"].items():
+        m = entry[entry["metric"]]
+        assert m["n"] == 2
+        runs = " | ".join("; ".join(f"{v:,.0f}" for v in m[k]) for k in ("a", "b"))
+        assert f"| {runs} | {m['b_median'] / m['a_median']:.3f}x |" in text, cell
+    driver = (tmp_path / "driver.log").read_text()
+    assert "paged-fast-paths.patch" in driver and "b0682fd7d880116e" in driver and "6 pairs asked for" in driver
