@@ -444,18 +444,25 @@ def test_main_job_run11_figures_come_from_its_verified_log(tmp_path: Path) -> No
     assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run11
 
 
-def test_the_h100_kernel_serving_table_and_its_slow_runs_come_from_its_recorded_runs(tmp_path: Path) -> None:
-    """vllm-kernel-serving-h100.md: the table is `analyze` on the runs in its log, and in512/out256's per-repeat
-    row (slow runs after 128 warm-ups, not only first) is those runs."""
+
+def _analyzed_runs(log_tgz: str, tmp_path: Path) -> dict:
+    """A GPU A/B's recorded runs and driver console unpacked into tmp_path, and `gpu-kernel-serving.sh analyze`'s
+    table of those runs."""
     import subprocess
 
-    with tarfile.open(RESULTS / "vllm-kernel-serving-h100-log.tgz") as tar:
+    with tarfile.open(RESULTS / log_tgz) as tar:
         tar.extract("runs.jsonl", tmp_path, filter="data")
         tar.extract("driver.log", tmp_path, filter="data")
     out = tmp_path / "table.json"
     subprocess.run(["bash", str(ROOT / "scripts" / "gpu-kernel-serving.sh"), "analyze", str(tmp_path / "runs.jsonl"),
                     str(out)], check=True, capture_output=True, timeout=300, cwd=ROOT)
-    table = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_the_h100_kernel_serving_table_and_its_slow_runs_come_from_its_recorded_runs(tmp_path: Path) -> None:
+    """vllm-kernel-serving-h100.md: the table is `analyze` on the runs in its log, and in512/out256's per-repeat
+    row (slow runs after 128 warm-ups, not only first) is those runs."""
+    table = _analyzed_runs("vllm-kernel-serving-h100-log.tgz", tmp_path)
     assert table == json.loads((RESULTS / "vllm-kernel-serving-h100.json").read_text())
     text = (RESULTS / "vllm-kernel-serving-h100.md").read_text().replace("**", "")
     for cell, metric in (("in8192/out1", "prefill_tok_s"), ("in8192/out128", "total_token_throughput"),
@@ -489,15 +496,7 @@ def test_main_job_run12_figures_come_from_its_verified_log(tmp_path: Path) -> No
 def test_the_partial_paged_fast_paths_serving_runs_are_its_recorded_runs(tmp_path: Path) -> None:
     """vllm-kernel-serving-paged-h100-partial.md: the table is `analyze` on its 13 recorded runs (2 whole pairs a
     cell), and each row's runs and median ratio are those runs."""
-    import subprocess
-
-    with tarfile.open(RESULTS / "vllm-kernel-serving-paged-h100-partial-log.tgz") as tar:
-        tar.extract("runs.jsonl", tmp_path, filter="data")
-        tar.extract("driver.log", tmp_path, filter="data")
-    out = tmp_path / "table.json"
-    subprocess.run(["bash", str(ROOT / "scripts" / "gpu-kernel-serving.sh"), "analyze", str(tmp_path / "runs.jsonl"),
-                    str(out)], check=True, capture_output=True, timeout=300, cwd=ROOT)
-    table = json.loads(out.read_text())
+    table = _analyzed_runs("vllm-kernel-serving-paged-h100-partial-log.tgz", tmp_path)
     assert table == json.loads((RESULTS / "vllm-kernel-serving-paged-h100-partial.json").read_text())
     text = (RESULTS / "vllm-kernel-serving-paged-h100-partial.md").read_text()
     for cell, entry in table["cells"].items():
