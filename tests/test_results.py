@@ -444,7 +444,6 @@ def test_main_job_run11_figures_come_from_its_verified_log(tmp_path: Path) -> No
     assert f"in128/out1, at {lowest[1]['ratio']:.3f}x [{lowest[1]['low']:.3f}, {lowest[1]['high']:.3f}]" in run11
 
 
-
 def _analyzed_runs(log_tgz: str, tmp_path: Path) -> dict:
     """A GPU A/B's recorded runs and driver console unpacked into tmp_path, and `gpu-kernel-serving.sh analyze`'s
     table of those runs."""
