@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from harness.errors import EngineArgRejected
 
-__all__ = ["API_SERVER_COUNT_MAX", "CUDAGRAPH_MODES",
+__all__ = ["API_SERVER_COUNT_MAX", "CUDAGRAPH_MODES", "EXECUTOR_BACKENDS",
            "ENGINE_ARG_TYPES", "ENV_ALLOWLIST", "SPEC_OWNED", "engine_argv", "check_engine_args",
            "check_env", "spec_owned_changes"]
 
@@ -38,12 +38,20 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "scheduling_policy": (str,),
     "stream_interval": (int,),           # tokens per streamed chunk: less API-server work per token, same tokens
     "api_server_count": (int,),          # API-server processes in front of one engine (1..API_SERVER_COUNT_MAX)
+    "distributed_executor_backend": (str,),   # one of EXECUTOR_BACKENDS
     "load_format": (str,),               # only "auto" or "dummy"; see check_engine_args
 }
 
 # More API-server processes split the per-token streaming work of many concurrent requests; a bound keeps a
 # candidate from starting a process storm on the host.
 API_SERVER_COUNT_MAX = 8
+
+# How the engine runs its one worker: `mp` in a process of its own (vLLM's default), `uni` inside the engine's
+# process, one spawned process fewer (each imports torch and vLLM anew: ~10 s of a tiny model's ~40-s start on a
+# two-core CPU host, measured in Docker). vLLM's CPU platform keeps `mp` unless the server's env also sets
+# VLLM_ENABLE_V1_MULTIPROCESSING=0 (its OpenMP thread binding is the mp worker's). Ray and external launchers are
+# left out: a cluster of their own, outside the sandbox.
+EXECUTOR_BACKENDS = ("mp", "uni")
 
 # vLLM's CUDAGraphMode names. cudagraph_mode is a key of its own (not hidden in a compilation_config string) so that
 # vLLM's resolved mode can be compared with it; it reaches vLLM inside --compilation-config.
@@ -60,6 +68,7 @@ ENV_ALLOWLIST = frozenset({
     "VLLM_LOGGING_LEVEL",
     "CUDA_VISIBLE_DEVICES",
     "VLLM_USE_FLASHINFER_SAMPLER",     # 0 skips the FlashInfer sampler's JIT build (~96 s per cold GPU start)
+    "VLLM_ENABLE_V1_MULTIPROCESSING",  # 0: lets distributed_executor_backend uni take effect on a CPU host
 })
 
 # Keys that trade accuracy or the other build's share of the machine rather than speed: a candidate may
@@ -88,6 +97,9 @@ def check_engine_args(args: Mapping[str, object]) -> dict[str, object]:
         if key == "cudagraph_mode" and value not in CUDAGRAPH_MODES:
             raise EngineArgRejected(f"engine arg cudagraph_mode={value!r}: expected one of "
                                     f"{', '.join(CUDAGRAPH_MODES)}")
+        if key == "distributed_executor_backend" and value not in EXECUTOR_BACKENDS:
+            raise EngineArgRejected(f"engine arg distributed_executor_backend={value!r}: expected one of "
+                                    f"{', '.join(EXECUTOR_BACKENDS)}")
         if key == "api_server_count" and not 1 <= value <= API_SERVER_COUNT_MAX:
             raise EngineArgRejected(f"engine arg api_server_count={value}: expected 1..{API_SERVER_COUNT_MAX}")
         if isinstance(value, str) and (value.startswith("-") or "\n" in value):

@@ -45,6 +45,8 @@ RESOLVED_KEYS: dict[str, tuple[str, str]] = {
     "stream_interval": ("scheduler_config", "stream_interval"),
     # not in VllmConfig: the CLI's own argument, which vLLM's `serve` defaults to the data-parallel size
     "api_server_count": ("cli", "api_server_count"),
+    # vLLM CPU turns `uni` back into `mp` unless VLLM_ENABLE_V1_MULTIPROCESSING=0 (harness/engine_args.py)
+    "distributed_executor_backend": ("parallel_config", "distributed_executor_backend"),
     "block_size": ("cache_config", "block_size"),
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
     "gpu_memory_utilization": ("cache_config", "gpu_memory_utilization"),

@@ -28,6 +28,7 @@ def test_fixed_args_cannot_be_set_by_a_candidate(key: str) -> None:
     {"cudagraph_mode": "FULL", "compilation_config": '{"mode": 3}'},   # the string would overwrite it
     {"api_server_count": 0},
     {"api_server_count": 64},                    # a process storm on the host, not a serving config
+    {"distributed_executor_backend": "ray"},     # a cluster of its own, outside the sandbox
 ])
 def test_bad_engine_args_are_rejected(args: dict[str, object]) -> None:
     with pytest.raises(EngineArgRejected):
@@ -48,3 +49,8 @@ def test_cuda_graph_knobs_are_keys_of_their_own_and_reach_vllm_as_its_cli_takes_
 
 def test_api_server_count_reaches_vllm_as_its_cli_flag() -> None:
     assert engine_argv({"api_server_count": 4}) == ["--api-server-count", "4"]
+
+
+def test_the_executor_backend_reaches_vllm_as_its_cli_flag() -> None:
+    assert engine_argv({"distributed_executor_backend": "uni"}) == ["--distributed-executor-backend", "uni"]
+    assert check_env({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}

@@ -37,6 +37,7 @@ def test_the_embedded_checkpoint_resolves_chunked_prefill_and_max_num_seqs() -> 
     assert isinstance(effective["max_num_batched_tokens"], int)
     assert effective["stream_interval"] == 1                    # each token streamed: proposing 1 is a no-op
     assert effective["api_server_count"] == 1                   # one API server in front of one engine
+    assert effective["distributed_executor_backend"] == "mp"    # vLLM CPU: the worker in a process of its own
     assert {k: effective[k] for k in SPEC_ARGS} == SPEC_ARGS   # explicit keys are their own effective value
     assert set(effective) <= set(ENGINE_ARG_TYPES)
 
@@ -46,10 +47,15 @@ def test_what_the_platform_overrides_is_what_is_in_force() -> None:
     # vLLM CPU has no CUDA graphs and forces async scheduling off: asking for either changes nothing, and
     # the campaign refuses such a serving.yaml-only candidate as a no-op (agent/serving_campaign.py) instead of an A/B
     asked = {**SPEC_ARGS, "enforce_eager": False, "cudagraph_mode": "PIECEWISE", "max_cudagraph_capture_size": 64,
-             "async_scheduling": True}
+             "async_scheduling": True, "distributed_executor_backend": "uni"}
     effective = effective_engine_args(TINY_MODEL, asked, env={"VLLM_CPU_KVCACHE_SPACE": "2"})
     assert effective["cudagraph_mode"] == "NONE" and effective["async_scheduling"] is False
     assert effective["max_cudagraph_capture_size"] == 64 and effective["enforce_eager"] is False
+    # `uni` alone is turned back into `mp` on a CPU host; with the spec's env saying so, it is in force
+    assert effective["distributed_executor_backend"] == "mp"
+    in_process = effective_engine_args(TINY_MODEL, {**SPEC_ARGS, "distributed_executor_backend": "uni"},
+                                       env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert in_process["distributed_executor_backend"] == "uni"
 
 
 def test_a_model_directory_without_config_json_is_a_clear_error(tmp_path: Path) -> None:
