@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from harness.bench import BenchJob, run_jobs
 from harness.config import BenchmarkConfig, Cell, ServerConfig
 from harness.errors import BenchmarkFailed, PortInUse, ServerCrashed, ServerNotReady
-from harness.server import serve, tree_digest
+from harness.server import Server, serve, tree_digest
 from sandbox.local import LocalBackend
 from tests.conftest import processes_under
 
@@ -72,12 +73,33 @@ def test_the_server_runs_the_workspace_tree_and_a_crash_mid_benchmark_is_reporte
         assert server.startup_s > 0
         job = BenchJob(cell=Cell(input_len=64, output_len=256), base_url=server.base_url,
                        model_name=server.model_name, tokenizer=random_model, tag="A", repeat=0)
-        killer = threading.Timer(12.0, server.running.stop)   # mid-run: the client needs ~8 s to import
+        # Killed once the server itself reports requests in flight: a fixed delay raced the client's import
+        # time and, on a fast host, fired after both runs had finished.
+        done = threading.Event()
+        killed = threading.Event()
+        killer = threading.Thread(target=_stop_once_busy, args=(server, done, killed), daemon=True)
         killer.start()
         try:
             with pytest.raises((ServerCrashed, BenchmarkFailed)):
                 run_jobs([job, job], bench, work_dir=no_orphans / "bench",
                          check_alive=lambda _job: server.check_alive())
         finally:
-            killer.cancel()
+            done.set()
+            killer.join(timeout=30)
+        assert killed.is_set(), "the server was never seen busy: the kill did not land mid-run"
     assert not processes_under(no_orphans)
+
+
+def _stop_once_busy(server: Server, done: threading.Event, killed: threading.Event) -> None:
+    """Stops the server the first time its /metrics shows a running request."""
+    while not done.wait(0.2):
+        try:
+            with urllib.request.urlopen(f"{server.base_url}/metrics", timeout=5) as reply:
+                metrics = reply.read().decode()
+        except OSError:
+            continue
+        if any(line.startswith("vllm:num_requests_running") and float(line.rsplit(" ", 1)[1]) > 0
+               for line in metrics.splitlines()):
+            server.running.stop()
+            killed.set()
+            return
