@@ -39,7 +39,7 @@ ENGINE_ARG_TYPES: dict[str, tuple[type, ...]] = {
     "stream_interval": (int,),           # tokens per streamed chunk: less API-server work per token, same tokens
     "api_server_count": (int,),          # API-server processes in front of one engine (1..API_SERVER_COUNT_MAX)
     "distributed_executor_backend": (str,),   # one of EXECUTOR_BACKENDS
-    "load_format": (str,),               # only "auto" or "dummy"; see check_engine_args
+    "load_format": (str,),               # only "auto" or "dummy" (_CHOICES)
 }
 
 # More API-server processes split the per-token streaming work of many concurrent requests; a bound keeps a
@@ -56,6 +56,14 @@ EXECUTOR_BACKENDS = ("mp", "uni")
 # vLLM's CUDAGraphMode names. cudagraph_mode is a key of its own (not hidden in a compilation_config string) so that
 # vLLM's resolved mode can be compared with it; it reaches vLLM inside --compilation-config.
 CUDAGRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+
+# The string keys that take one of a fixed set of values. load_format: real weights or vLLM's dummy ones (speed
+# runs only); the other formats read weights a spec did not name.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "load_format": ("auto", "dummy"),
+    "cudagraph_mode": CUDAGRAPH_MODES,
+    "distributed_executor_backend": EXECUTOR_BACKENDS,
+}
 
 # Environment variables a spec (never a candidate) may pass to the server.
 ENV_ALLOWLIST = frozenset({
@@ -92,14 +100,8 @@ def check_engine_args(args: Mapping[str, object]) -> dict[str, object]:
         # bool is an int subclass: reject True for an int field and 1 for a bool field.
         if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
             raise EngineArgRejected(f"engine arg {key}={value!r}: expected {'/'.join(t.__name__ for t in types)}")
-        if key == "load_format" and value not in ("auto", "dummy"):
-            raise EngineArgRejected("engine arg load_format must be 'auto' or 'dummy'")
-        if key == "cudagraph_mode" and value not in CUDAGRAPH_MODES:
-            raise EngineArgRejected(f"engine arg cudagraph_mode={value!r}: expected one of "
-                                    f"{', '.join(CUDAGRAPH_MODES)}")
-        if key == "distributed_executor_backend" and value not in EXECUTOR_BACKENDS:
-            raise EngineArgRejected(f"engine arg distributed_executor_backend={value!r}: expected one of "
-                                    f"{', '.join(EXECUTOR_BACKENDS)}")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise EngineArgRejected(f"engine arg {key}={value!r}: expected one of {', '.join(_CHOICES[key])}")
         if key == "api_server_count" and not 1 <= value <= API_SERVER_COUNT_MAX:
             raise EngineArgRejected(f"engine arg api_server_count={value}: expected 1..{API_SERVER_COUNT_MAX}")
         if isinstance(value, str) and (value.startswith("-") or "\n" in value):

@@ -137,7 +137,8 @@ def test_dummy_speed_weights_need_a_real_parity_checkpoint(tmp_path: Path) -> No
     # a candidate may tune max_num_seqs: a parity override of it would hide the candidate's change
     ("{prompts: p.jsonl, model: r, engine_args: {max_num_seqs: 1}}",
      "may only set kv_cache_memory_bytes, load_format, max_model_len"),
-    ("{prompts: p.jsonl, model: r, engine_args: {load_format: safetensors}}", "must be 'auto' or 'dummy'"),
+    ("{prompts: p.jsonl, model: r, engine_args: {load_format: safetensors}}",
+     "load_format='safetensors': expected one of auto, dummy"),
 ])
 def test_parity_overrides_are_limited_to_what_the_checkpoint_needs(tmp_path: Path, parity: str, error: str) -> None:
     (tmp_path / "s.yaml").write_text(MINIMAL.replace("parity: {prompts: p.jsonl}", f"parity: {parity}"))
