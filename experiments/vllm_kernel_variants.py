@@ -9,6 +9,7 @@ triton_unified_attention.py from its wheel; best.py, stock.py with kernels/vllm_
 vllm-0.26-gemma4-tunables.patch, window-segments.patch, h200-prefill-tunables.patch and h200-prefill-d512-m64w8.patch
 applied in that order; new.py, best.py with paged-fast-paths.patch.
     VARIANTS='{"DECODE_D256": [{"SPLITS": 4}]}' ONLY=decode FLUSH=read python3 vllm_kernel_variants.py
+BUILDS=stock,new,next picks the builds (files DIR/<build>.py); a VARIANTS key "next:DECODE_D256" varies build next.
 """
 
 import enum
@@ -247,7 +248,8 @@ def cost(shape):
 def main():
     bw = ceil_bw()
     print(f"copy {bw / 1e9:.0f} GB/s", flush=True)
-    mods = {n: load(f"{HERE}/{n}.py", f"ua_{n}") for n in ("stock", "best", "new")}
+    builds = os.environ.get("BUILDS", "stock,best,new").split(",")
+    mods = {n: load(f"{HERE}/{n}.py", f"ua_{n}") for n in builds}
     variants = json.loads(os.environ.get("VARIANTS", "{}"))
     only = os.environ.get("ONLY")
     rows = []
@@ -261,8 +263,9 @@ def main():
         runs = [(n, {}) for n in mods]
         cls = "D256" if shape["D"] <= 256 else "D512"
         path = "PREFILL" if max(x["ql"]) > 1 else "DECODE"
-        for v in variants.get(f"{path}_{cls}", []):
-            runs.append(("new", {f"PAGED_{path}_{cls}_{k}": val for k, val in v.items()}))
+        for key, build in [(f"{path}_{cls}", "new")] + [(f"{b}:{path}_{cls}", b) for b in builds]:
+            for v in variants.get(key, []):
+                runs.append((build, {f"PAGED_{path}_{cls}_{k}": val for k, val in v.items()}))
         base = None
         for n, tun in runs:
             mod = mods[n]
