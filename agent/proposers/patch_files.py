@@ -17,7 +17,7 @@ from pathlib import Path
 
 from agent.base import CampaignState, GiveUp, Proposal, Tools
 
-__all__ = ["PatchFilesProposer", "patch_source"]
+__all__ = ["PatchFilesProposer", "patch_diff", "patch_source"]
 
 
 def patch_source(path: Path, text: str) -> str:
@@ -39,7 +39,7 @@ def _hypothesis(path: Path, text: str) -> str:
     return said or f"the change in {path.name}"
 
 
-def _diff(text: str) -> str:
+def patch_diff(text: str) -> str:
     """The diff the gate sees: the file without its leading comment lines."""
     return "\n".join(text.splitlines()[len(_header(text)):]).lstrip("\n") + "\n"
 
@@ -60,5 +60,6 @@ class PatchFilesProposer:
             source = patch_source(path, text)
             if source in tried:
                 continue
-            return Proposal(hypothesis=_hypothesis(path, text), patch=_diff(text), source=source, patch_format="diff")
+            return Proposal(hypothesis=_hypothesis(path, text), patch=patch_diff(text), source=source,
+                            patch_format="diff")
         return GiveUp(reason=f"every patch file was proposed ({len(self.paths)}): the list is exhausted")
