@@ -505,3 +505,33 @@ def test_the_partial_paged_fast_paths_serving_runs_are_its_recorded_runs(tmp_pat
         assert f"| {runs} | {m['b_median'] / m['a_median']:.3f}x |" in text, cell
     driver = (tmp_path / "driver.log").read_text()
     assert "paged-fast-paths.patch" in driver and "b0682fd7d880116e" in driver and "6 pairs asked for" in driver
+
+
+def test_the_paged_campaigns_second_run_and_the_decode_floor_come_from_their_committed_results(
+        tmp_path: Path) -> None:
+    """experiments/results/vllm-kernel-decode-floor-h200.md: the second paged campaign's log verifies with decisions
+    re-decided and every table row is its final comparison's; the variant and floor rows, and the floor the text
+    cites, are the committed JSON's."""
+    from audit.reader import payload_of, read_records
+
+    log_dir = _redecided_log(tmp_path, "vllm-kernel-paged-h200-run2-log.tgz", 50)
+    records = read_records(log_dir)
+    results = [payload_of(log_dir, r) for r in records if r["kind"] == "iteration.result"]
+    assert [r["outcome"] for r in results] == ["accepted"] * 4
+    final = payload_of(log_dir, next(r for r in records if r["kind"] == "final.result"))
+    summary = json.loads((RESULTS / "vllm-kernel-paged-h200-run2.json").read_text())
+    assert final["tunables_after"] == summary["tunables_after"]
+    page = (RESULTS / "vllm-kernel-decode-floor-h200.md").read_text()
+    for row in summary["shapes"]:
+        assert row["speedup"] == final["shapes"][row["shape"]]["speedup"]["ratio"]
+        assert all(row[f"{side}_checks"][when]["ok"] for side in ("before", "after") for when in ("pre", "post"))
+        assert (f"| {row['shape']} | {row['before_median_us']:,.1f} | {row['after_median_us']:,.1f} | "
+                f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}] |") in page, row["shape"]
+    variants = json.loads((RESULTS / "vllm-kernel-decode-variants-h200.json").read_text())["rows"]
+    for r in variants:
+        assert f"| {r['shape']} | {r['build']} | {r['us']} | {r['x_stock']:.3f}x | {r['pct_hbm']} |" in page
+    floor = json.loads((RESULTS / "vllm-kernel-paged-read-floor-h200.json").read_text())
+    fastest = min((r for r in floor["rows"] if r["build"].startswith("paged")), key=lambda r: r["us"])
+    assert f"takes **{fastest['us']:.1f} µs ({fastest['pct_hbm']:.1f} %)**" in page
+    half = floor["bytes"] / (floor["copy_GBps"] * 1e9) / 0.5 * 1e6
+    assert f"50 % of bandwidth is {half:.1f} µs" in " ".join(page.split())
