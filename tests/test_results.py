@@ -535,3 +535,21 @@ def test_the_paged_campaigns_second_run_and_the_decode_floor_come_from_their_com
     assert f"takes **{fastest['us']:.1f} µs ({fastest['pct_hbm']:.1f} %)**" in page
     half = floor["bytes"] / (floor["copy_GBps"] * 1e9) / 0.5 * 1e6
     assert f"50 % of bandwidth is {half:.1f} µs" in " ".join(page.split())
+
+
+def test_the_prefill_order_and_lazy_rescale_tables_are_the_committed_rows() -> None:
+    """experiments/results/vllm-kernel-prefill-order-lazy-h100.md: every row of both runs is the committed JSON's, and
+    the headline ratios it reads off them are those rows'."""
+    page = (RESULTS / "vllm-kernel-prefill-order-lazy-h100.md").read_text()
+    runs = json.loads((RESULTS / "vllm-kernel-prefill-variants-h100.json").read_text())["runs"]
+    for run in runs:
+        for r in run["rows"]:
+            assert (f"| {r['shape']} | {r['build']} | {r['us']:,.1f} | {r['x_stock']:.3f}x | {r['tflops']} | "
+                    f"{r['rel_l2']} |") in page, r
+    ratio = {(i, r["shape"], r["build"]): r["x_stock"] for i, run in enumerate(runs) for r in run["rows"]}
+    full = "prefill-4096-full-d512"
+    headline = (f"{ratio[0, full, 'new']:.2f}x → {ratio[0, full, 'next2']:.2f}x / "
+                f"{ratio[1, full, 'next2']:.2f}x stock")
+    assert headline in page, headline
+    # no neighbour of the default is more than 1 % faster
+    assert max(x for (i, shape, _), x in ratio.items() if i == 1 and shape == full) <= 1.01 * ratio[1, full, "next2"]
