@@ -555,3 +555,22 @@ def test_the_prefill_order_and_lazy_rescale_tables_are_the_committed_rows() -> N
     assert headline in page, headline
     # no neighbour of the default is more than 1 % faster
     assert max(x for (i, shape, _), x in ratio.items() if i == 1 and shape == full) <= 1.01 * ratio[1, full, "next2"]
+
+
+def test_the_in_process_worker_ci_table_and_its_intervals_are_the_recorded_runs() -> None:
+    """experiments/results/ci-in-process-worker.md: every row is a recorded run, and the paired intervals it quotes
+    are recomputed from those runs (log ratios, Student t over the pairs)."""
+    import numpy as np
+    from scipy import stats
+
+    data = json.loads((RESULTS / "ci-in-process-worker.json").read_text())
+    page = (RESULTS / "ci-in-process-worker.md").read_text()
+    runs = data["runs"]
+    for label, r in runs.items():
+        assert f"| {label} | " in page and f"| {r['test_wall_s']} | {r['vllm_startup_s']:.0f} |" in page
+        assert r["outcomes"] == ["accepted", "invalid"]
+    for key, field in (("test_wall", "test_wall_s"), ("startup", "vllm_startup_s"), ("run_mean", "mean_measured_s")):
+        logs = np.log([runs[u][field] / runs[m][field] for m, u in data["pairs"]])
+        half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+        ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
+        assert f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" in page, key
