@@ -574,3 +574,23 @@ def test_the_in_process_worker_ci_table_and_its_intervals_are_the_recorded_runs(
         half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
         ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
         assert f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" in page, key
+
+
+def test_the_grouped_starts_ci_table_and_its_intervals_are_the_recorded_runs() -> None:
+    """experiments/results/ci-redteam-grouped-starts.md: every row is a recorded run, and the paired intervals it
+    quotes are recomputed from those runs (log ratios, Student t over the pairs)."""
+    import numpy as np
+    from scipy import stats
+
+    data = json.loads((RESULTS / "ci-redteam-grouped-starts.json").read_text())
+    page = (RESULTS / "ci-redteam-grouped-starts.md").read_text()
+    runs = data["runs"]
+    assert [label for pair in data["pairs"] for label in pair] == ["old1", "new1", "old2", "new2", "old3", "new3"]
+    for label, r in runs.items():
+        assert r["rc"] == 0 and r["result"] == "1 passed"
+        assert f"| {label} | " in page and f"| {r['pytest_call_s']:.2f} | {r['process_wall_s']:.1f} |" in page
+    for field in ("pytest_call_s", "process_wall_s"):
+        logs = np.log([runs[new][field] / runs[old][field] for old, new in data["pairs"]])
+        half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+        ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
+        assert f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" in page, field
