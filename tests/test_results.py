@@ -594,3 +594,31 @@ def test_the_grouped_starts_ci_table_and_its_intervals_are_the_recorded_runs() -
         half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
         ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
         assert f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" in page, field
+
+
+def test_the_dsplit_prefill_tables_are_the_committed_rows() -> None:
+    """experiments/results/vllm-kernel-prefill-dsplit.md: every row of both tables is the committed JSON's (run 2 in
+    full), the ratios it reads off them are those rows', and the patch's header quotes run 2."""
+    page = (RESULTS / "vllm-kernel-prefill-dsplit.md").read_text()
+    runs = json.loads((RESULTS / "vllm-kernel-dsplit-variants-h100.json").read_text())["runs"]
+
+    def line(r: dict) -> str:
+        if "error" in r:
+            return f"| {r['shape']} | {r['build']} | out of shared memory |"
+        return (f"| {r['shape']} | {r['build']} | {r['us']:,.1f} | {r['x_stock']:.3f}x | {r['pct_hbm']} | "
+                f"{r['tflops']} | {r['rel_l2']} |")
+
+    run1, run2 = page.split("## Run 1")[1], page.split("## Run 2")[1].split("## Run 1")[0]
+    for r in runs[1]["rows"]:
+        assert line(r) in run2, r
+    known = {line(r) for r in runs[0]["rows"]}
+    rows1 = [ln for ln in run1.splitlines() if ln.startswith("| ") and ("x |" in ln or "shared memory" in ln)]
+    assert len(rows1) >= 20 and all(any(ln.startswith(k) for k in known) for ln in rows1)
+    us = {(r["shape"], r["build"]): r.get("us") for r in runs[1]["rows"]}
+    text = " ".join(page.split())
+    for shape in ("prefill-4096-full-d512", "prefill-chunk-2048-of-8192-full-d512", "mixed-2048of8192+63x4096-full-d512"):
+        assert f"{us[(shape, 'next2')] / us[(shape, 'next4')]:.3f}x" in text, shape
+        assert us[(shape, "next4")] < us[(shape, "next2")] * 0.9
+    patch = (ROOT / "experiments" / "kernels" / "vllm_unified_attention" / "paged-prefill-dsplit.patch").read_text()
+    d512 = [us[("prefill-4096-full-d512", b)] for b in ("next2", "next4")]
+    assert f"d512 prefill {d512[0]:.0f} -> {d512[1]:.0f} us" in patch
