@@ -616,9 +616,10 @@ def test_the_dsplit_prefill_tables_are_the_committed_rows() -> None:
     assert len(rows1) >= 20 and all(any(ln.startswith(k) for k in known) for ln in rows1)
     us = {(r["shape"], r["build"]): r.get("us") for r in runs[1]["rows"]}
     text = " ".join(page.split())
-    for shape in ("prefill-4096-full-d512", "prefill-chunk-2048-of-8192-full-d512", "mixed-2048of8192+63x4096-full-d512"):
+    d512 = ("prefill-4096-full-d512", "prefill-chunk-2048-of-8192-full-d512", "mixed-2048of8192+63x4096-full-d512")
+    for shape in d512:
         assert f"{us[(shape, 'next2')] / us[(shape, 'next4')]:.3f}x" in text, shape
         assert us[(shape, "next4")] < us[(shape, "next2")] * 0.9
     patch = (ROOT / "experiments" / "kernels" / "vllm_unified_attention" / "paged-prefill-dsplit.patch").read_text()
-    d512 = [us[("prefill-4096-full-d512", b)] for b in ("next2", "next4")]
-    assert f"d512 prefill {d512[0]:.0f} -> {d512[1]:.0f} us" in patch
+    before, after = (us[("prefill-4096-full-d512", b)] for b in ("next2", "next4"))
+    assert f"d512 prefill {before:.0f} -> {after:.0f} us" in patch
