@@ -557,12 +557,21 @@ def test_the_prefill_order_and_lazy_rescale_tables_are_the_committed_rows() -> N
     assert max(x for (i, shape, _), x in ratio.items() if i == 1 and shape == full) <= 1.01 * ratio[1, full, "next2"]
 
 
-def test_the_in_process_worker_ci_table_and_its_intervals_are_the_recorded_runs() -> None:
-    """experiments/results/ci-in-process-worker.md: every row is a recorded run, and the paired intervals it quotes
-    are recomputed from those runs (log ratios, Student t over the pairs)."""
+def _paired_interval(runs: dict, pairs: list[list[str]], field: str) -> str:
+    """`ratio [low, high]` of field over the (before, after) pairs: geometric mean of after/before, 95 % Student t
+    interval on the log ratios, as the CI-time pages quote it."""
     import numpy as np
     from scipy import stats
 
+    logs = np.log([runs[after][field] / runs[before][field] for before, after in pairs])
+    half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
+    ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
+    return f"{ratio:.3f}x [{low:.3f}, {high:.3f}]"
+
+
+def test_the_in_process_worker_ci_table_and_its_intervals_are_the_recorded_runs() -> None:
+    """experiments/results/ci-in-process-worker.md: every row is a recorded run, and the paired intervals it quotes
+    are recomputed from those runs (log ratios, Student t over the pairs)."""
     data = json.loads((RESULTS / "ci-in-process-worker.json").read_text())
     page = (RESULTS / "ci-in-process-worker.md").read_text()
     runs = data["runs"]
@@ -570,18 +579,12 @@ def test_the_in_process_worker_ci_table_and_its_intervals_are_the_recorded_runs(
         assert f"| {label} | " in page and f"| {r['test_wall_s']} | {r['vllm_startup_s']:.0f} |" in page
         assert r["outcomes"] == ["accepted", "invalid"]
     for key, field in (("test_wall", "test_wall_s"), ("startup", "vllm_startup_s"), ("run_mean", "mean_measured_s")):
-        logs = np.log([runs[u][field] / runs[m][field] for m, u in data["pairs"]])
-        half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
-        ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
-        assert f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" in page, key
+        assert _paired_interval(runs, data["pairs"], field) in page, key
 
 
 def test_the_grouped_starts_ci_table_and_its_intervals_are_the_recorded_runs() -> None:
     """experiments/results/ci-redteam-grouped-starts.md: every row is a recorded run, and the paired intervals it
     quotes are recomputed from those runs (log ratios, Student t over the pairs)."""
-    import numpy as np
-    from scipy import stats
-
     data = json.loads((RESULTS / "ci-redteam-grouped-starts.json").read_text())
     page = (RESULTS / "ci-redteam-grouped-starts.md").read_text()
     runs = data["runs"]
@@ -590,10 +593,7 @@ def test_the_grouped_starts_ci_table_and_its_intervals_are_the_recorded_runs() -
         assert r["rc"] == 0 and r["result"] == "1 passed"
         assert f"| {label} | " in page and f"| {r['pytest_call_s']:.2f} | {r['process_wall_s']:.1f} |" in page
     for field in ("pytest_call_s", "process_wall_s"):
-        logs = np.log([runs[new][field] / runs[old][field] for old, new in data["pairs"]])
-        half = stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs))
-        ratio, low, high = np.exp(logs.mean()), np.exp(logs.mean() - half), np.exp(logs.mean() + half)
-        assert f"{ratio:.3f}x [{low:.3f}, {high:.3f}]" in page, field
+        assert _paired_interval(runs, data["pairs"], field) in page, field
 
 
 def test_the_dsplit_prefill_tables_are_the_committed_rows() -> None:
