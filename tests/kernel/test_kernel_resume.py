@@ -70,7 +70,8 @@ runner_timeout_s: 120
 TWO_STAGE = vllm_fakes.CAMPAIGN_SPEC.replace(
     "name: vllm-kernel-test", "name: vllm-kernel-resume-test").replace(
     "  - {name: decode, batch: 2, q_len: 1, kv_len: 256, head_dim: 32, sliding_window: 128}\n", "").replace(
-    "timing: {rounds: 12, calls_per_round: 3", "timing: {rounds: 10, calls_per_round: 2") + "serving: serving.yaml\n"
+    "timing: {rounds: 20, calls_per_round: 20", "timing: {rounds: 10, calls_per_round: 2") + "serving: serving.yaml\n"
+assert "rounds: 10, calls_per_round: 2" in TWO_STAGE   # the replacements above matched
 
 # Per kill point: the killed log's last record, and what each iteration holds after the resume: (outcome,
 # hypotheses, patches), one result each.
