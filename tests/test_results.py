@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -623,3 +624,31 @@ def test_the_dsplit_prefill_tables_are_the_committed_rows() -> None:
     patch = (ROOT / "experiments" / "kernels" / "vllm_unified_attention" / "paged-prefill-dsplit.patch").read_text()
     before, after = (us[("prefill-4096-full-d512", b)] for b in ("next2", "next4"))
     assert f"d512 prefill {before:.0f} -> {after:.0f} us" in patch
+
+
+def test_the_whole_series_campaign_table_comes_from_its_verified_log(tmp_path: Path) -> None:
+    """experiments/results/vllm-kernel-campaign-dsplit-h100.md: the log verifies with decisions re-decided, each of
+    the six patches was accepted on its own A/B as the page says, and every stock-vs-series row, the overall ratio
+    and the targets' figures are the log's final comparison."""
+    summary, outcomes = _paged_campaign_summary(tmp_path, "vllm-kernel-campaign-dsplit-h100-log.tgz", 69,
+                                                "vllm-kernel-campaign-dsplit-h100.json")
+    assert outcomes == ["accepted"] * 6 + ["invalid"]
+    assert summary["tunables_after"]["PAGED_PREFILL_D512_DSPLIT"] == 2
+    page = (RESULTS / "vllm-kernel-campaign-dsplit-h100.md").read_text()
+    for it in summary["iterations"][:6]:
+        assert re.search(rf"\| {it['iteration']} \| `[a-z0-9-]+\.patch` \| accepted \| {re.escape(it['speedup'])} \|",
+                         page), it
+    rows = {row["shape"]: row for row in summary["shapes"]}
+    for row in rows.values():
+        assert (f"| {row['shape']} | {row['before_median_us']:,.1f} | {row['after_median_us']:,.1f} | "
+                f"{row['speedup']:.3f}x [{row['ci_low']:.3f}, {row['ci_high']:.3f}] | "
+                f"{row['before_pct_hbm']:.1f} → {row['after_pct_hbm']:.1f} | "
+                f"{row['before_tflop_s']:.1f} → {row['after_tflop_s']:.1f} |") in page, row["shape"]
+    overall = summary["overall"]
+    assert f"**{overall['ratio']:.3f}x [{overall['low']:.3f}, {overall['high']:.3f}]**" in page
+    text = " ".join(page.split())
+    assert f"d512 **{rows['prefill-4096-full-d512']['speedup']:.2f}x**" in text
+    assert f"d256 **{rows['prefill-4096-sliding-d256']['speedup']:.2f}x**" in text
+    assert f"{rows['decode-b64-sliding-d256']['after_pct_hbm']:.1f} % here (not met" in text
+    below = [r for r in rows.values() if r["ci_low"] <= 1.0]
+    assert [r["shape"] for r in below] == ["decode-b256-full-d512"] and "every shape's interval is above 1 but" in text
