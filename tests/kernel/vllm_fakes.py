@@ -100,9 +100,9 @@ shapes:
   - {name: decode, batch: 2, q_len: 1, kv_len: 256, head_dim: 32, sliding_window: 128}
   - {name: prefill, batch: 1, q_len: 64, kv_len: 64, head_dim: 32}
 # 20 rounds of 20 calls (each call 0.3-1 ms of CPU time): with 12 rounds of 3 the whole A/B of a shape lasted
-# ~50 ms, so one stretch of a busy host could bias all of it; per-run ratios of 3 passes vs 1 ranged 2.34x-3.12x
-# over 23 runs here and came out at 5.40x once (4.58x once in CI, failing a replay). With 20 x 20 they ranged
-# 2.65x-3.07x over 23 runs, 8 of them beside two busy processes.
+# ~50 ms, so one stretch of a busy host could bias all of it: per-run ratios of 3 passes vs 1 (the runner on this
+# spec's two shapes) ranged 2.34x-3.12x over 23 runs, 8 of them beside two busy processes, and came out at 5.40x in
+# one of 6 runs before them (4.58x once in CI, failing a replay). With 20 x 20 the same 23 runs ranged 2.65x-3.07x.
 timing: {rounds: 20, calls_per_round: 20, warmup_calls: 1, flush_l2: false}
 roofline: null
 # CPU time of these plain-torch calls swings widely here: identical builds (A/A) measured 0.56x to 1.73x per
