@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.cli import main
+from agent.kernel_campaign import start_kernel_campaign
 from agent.kernel_spec import load_kernel_spec
+from agent.measurements import HarnessMeasurements
 from audit import verify
+from audit.reader import payload_of, read_records
 from policies import load_policy, redecider
 from sandbox.workspace import Workspace
 from tests.kernel.kernel_fakes import write_tree
 
+# A verdict on ~0.1-2 ms CPU calls needs more than 8 rounds of 5 (see tests/kernel/test_kernel_resume.py's SPEC)
 SPEC = """
 schema_version: 1
 name: torch-kernel-test
@@ -26,7 +31,7 @@ dtype: float32
 shapes:
   - {name: decode, batch: 2, q_len: 1, kv_len: 64, head_dim: 16, sliding_window: 24}
   - {name: prefill, batch: 1, q_len: 96, kv_len: 96, head_dim: 32}
-timing: {rounds: 8, calls_per_round: 5, warmup_calls: 1, flush_l2: false}
+timing: {rounds: 16, calls_per_round: 10, warmup_calls: 1, flush_l2: false}
 roofline: null
 proposer: {kind: search, search: {strategy: grid, space: {REPEATS: %s}}}
 budget: {max_iterations: 3, wall_seconds: 600}
@@ -72,6 +77,49 @@ def test_a_faster_tunable_is_found_checked_committed_logged_and_summarised(tmp_p
     for kind in ("campaign.start", "baseline.result", "iteration.patch", "kernel.evaluation", "final.result",
                  "campaign.end"):
         assert kind in kinds
+    # Kept only after a second, independent evaluation with the builds in each other's positions (B's worker
+    # first), whose figures are the ones on record, the screen's beside them
+    payloads = [(r["kind"], payload_of(log_dir, r)) for r in read_records(log_dir)]
+    evaluations = {p["name"]: p["order"] for kind, p in payloads if kind == "kernel.evaluation"}
+    assert evaluations["it001"] == ["A", "B"] and evaluations["it001-confirm"] == ["B", "A"]
+    (accepted,) = [p for kind, p in payloads if kind == "iteration.result" and p["accepted"]]
+    assert accepted["reason"].startswith("confirmed: ") and "(screen: " in accepted["reason"]
+    assert accepted["screen"]["ci_low"] > 1.02 and accepted["ci_low"] > 1.02
+    assert accepted["speedup_text"] in ws.repo.head.commit.message
+
+
+class _ConfirmationSeesNoGain(HarnessMeasurements):
+    """The real runner; the confirmation's result is read with B timed as A was (no gain), and its order kept."""
+
+    def __init__(self) -> None:
+        self.confirm_orders: list[list[str]] = []
+
+    def kernel(self, request: Any, work_dir: Path, **kw: Any) -> dict[str, Any]:
+        result = super().kernel(request, work_dir, **kw)
+        if work_dir.name.endswith("-confirm"):
+            self.confirm_orders.append(list(result["builds"]))
+            for shape in result["shapes"].values():
+                shape["builds"]["B"]["round_medians_us"] = list(shape["builds"]["A"]["round_medians_us"])
+        return result
+
+
+def test_a_gain_its_confirmation_does_not_see_is_not_committed(tmp_path: Path, audit_key: Path) -> None:
+    """One evaluation's worker processes can differ for the whole evaluation (experiments/results/kernel-aa-cpu.md:
+    1 of 40 A/A evaluations accepted): a screen's acceptance alone commits nothing."""
+    spec_path = _spec(tmp_path, "[1]")
+    measure = _ConfirmationSeesNoGain()
+    end = start_kernel_campaign(load_kernel_spec(spec_path), spec_path, log_root=tmp_path / "logs",
+                                workspace_root=tmp_path / "ws", measure=measure)
+    assert measure.confirm_orders == [["B", "A"]]
+    (result,) = [p for r in read_records(end.log_dir) if r["kind"] == "iteration.result"
+                 and (p := payload_of(end.log_dir, r))["source"]]
+    assert result["outcome"] == "rejected" and not result["accepted"] and result["commit"] is None
+    assert result["reason"].startswith("not confirmed: ") and result["screen"]["ci_low"] > 1.02
+    assert result["speedup_text"].startswith("1.000x")
+    ws = Workspace.open(end.workspace, "torchattn")
+    assert "REPEATS = 4" in (ws.root / "torchattn" / "attention.py").read_text()
+    assert ws.repo.head.commit.message.count("Ratchet-Speedup:") == 0
+    assert verify(end.log_dir, redecide=redecider([load_policy(load_kernel_spec(spec_path).policy_file)])).ok
 
 
 def test_ratchet_run_hands_a_kernel_spec_to_the_kernel_campaign(tmp_path: Path, audit_key: Path) -> None:

@@ -48,7 +48,9 @@ from tests.kernel.kernel_fakes import write_tree
 from tests.kernel.test_serving_stage import KernelRunnerAndFakeServing, two_stage_spec
 
 # One small shape: the runner's start (~1.5 s of imports) is most of each evaluation, so rounds are nearly free
-# (with 6, one slow round once left a 3x gain's final comparison at 2.04x [0.91, 4.54], rejected). The search tries
+# (with 6, one slow round once left a 3x gain's final comparison at 2.04x [0.91, 4.54], rejected; with 12 rounds of
+# 3 calls of ~0.1-0.4 ms, a whole build's timing lasted ~15 ms, and once the best timed at 395.6 us against the
+# stock's 450.3: 1.258x [0.882, 1.792], rejected. 20 rounds of 20 calls: ~0.1 s a build). The search tries
 # REPEATS 1 (about 4x faster) and is then exhausted: baseline, an accepted iteration, a give-up, the final comparison.
 SPEC = """
 schema_version: 1
@@ -59,7 +61,7 @@ device: cpu
 dtype: float32
 shapes:
   - {name: decode, batch: 2, q_len: 1, kv_len: 64, head_dim: 16, sliding_window: 24}
-timing: {rounds: 12, calls_per_round: 3, warmup_calls: 1, flush_l2: false}
+timing: {rounds: 20, calls_per_round: 20, warmup_calls: 1, flush_l2: false}
 roofline: null
 proposer: {kind: search, search: {strategy: grid, space: {REPEATS: [4, 1]}}}
 budget: {max_iterations: 2, wall_seconds: 600}
@@ -70,8 +72,8 @@ runner_timeout_s: 120
 TWO_STAGE = vllm_fakes.CAMPAIGN_SPEC.replace(
     "name: vllm-kernel-test", "name: vllm-kernel-resume-test").replace(
     "  - {name: decode, batch: 2, q_len: 1, kv_len: 256, head_dim: 32, sliding_window: 128}\n", "").replace(
-    "timing: {rounds: 20, calls_per_round: 20", "timing: {rounds: 10, calls_per_round: 2") + "serving: serving.yaml\n"
-assert "rounds: 10, calls_per_round: 2" in TWO_STAGE   # the replacements above matched
+    "timing: {rounds: 20, calls_per_round: 20", "timing: {rounds: 20, calls_per_round: 10") + "serving: serving.yaml\n"
+assert "rounds: 20, calls_per_round: 10" in TWO_STAGE   # the replacements above matched
 
 # Per kill point: the killed log's last record, and what each iteration holds after the resume: (outcome,
 # hypotheses, patches), one result each.
@@ -82,6 +84,7 @@ CASES: dict[str, tuple[str, dict[int, tuple[str, int, int]]]] = {
     "hypothesis:1": ("iteration.hypothesis", {1: ("failed", 1, 0), 2: ("accepted", 1, 1)}),   # nothing after it
     "runner:1": ("action", ACCEPTED_THEN_EXHAUSTED),         # mid-baseline: its runner is up, nothing measured
     "runner:2": ("action", INTERRUPTED_THEN_ACCEPTED),       # mid-measurement: iteration 1's runner is up
+    "runner:3": ("action", INTERRUPTED_THEN_ACCEPTED),       # mid-confirmation: accepted once, nothing committed
     "commit:1": ("kernel.evaluation", INTERRUPTED_THEN_ACCEPTED),   # committed, its result not recorded
     "fsync:1": ("iteration.result", ACCEPTED_THEN_EXHAUSTED),       # its result written, not yet fsynced
 }
@@ -231,6 +234,8 @@ def test_a_kernel_campaign_killed_at_each_point_resumes_to_its_ending_losing_and
         log_dir = _killed(case, _spec(case), point)
         before = read_records(log_dir)
         assert before[-1]["kind"] == last, (point, before[-1])
+        if point == "runner:3":   # killed in the confirmation: the screen on record, the confirmation not
+            assert [p["name"] for p in _payloads(log_dir, "kernel.evaluation")] == ["baseline", "it001"], point
         left = processes_under(log_dir)
         assert bool(left) == point.startswith("runner"), (point, left)   # the runner outlived the campaign
         out = case / "summary.json"
