@@ -652,3 +652,38 @@ def test_the_whole_series_campaign_table_comes_from_its_verified_log(tmp_path: P
     assert f"{rows['decode-b64-sliding-d256']['after_pct_hbm']:.1f} % here (not met" in text
     below = [r for r in rows.values() if r["ci_low"] <= 1.0]
     assert [r["shape"] for r in below] == ["decode-b256-full-d512"] and "every shape's interval is above 1 but" in text
+
+
+def test_the_kernel_aa_page_comes_from_its_recorded_runs() -> None:
+    """kernel-aa-cpu.md: the resampling table recomputes from the recorded 400 rounds (same draws and seed), and
+    every live A/A evaluation is re-judged from its round medians to the outcome and ratio on record."""
+    from kernel_aa import _as_result, resample
+
+    from harness.config import StatsConfig
+    from harness.kernel.compare import compare
+
+    page = (RESULTS / "kernel-aa-cpu.md").read_text()
+    committed = json.loads((RESULTS / "kernel-aa-cpu-resample.json").read_text())
+    windows = [int(w) for w in committed["accept_rate"]]
+    again = resample(ROOT / committed["recorded"], windows, committed["draws"], committed["seed"])
+    assert again["accept_rate"] == committed["accept_rate"]
+    def pct(x: float) -> str:
+        return "100 %" if x == 1 else f"{100 * x:.1f} %"
+
+    for w, row in committed["accept_rate"].items():
+        assert row["1.00"] == 0.0        # no window of one evaluation accepted nothing
+        figures = [row[k] for k in ("1.00", "covered 1.00", "1.05", "1.10", "1.25")]
+        assert f"| {w} | " + " | ".join(pct(x) for x in figures) + " |" in page
+
+    runs = json.loads((RESULTS / "kernel-aa-cpu-live.json").read_text())["runs"]
+    assert len(runs) == 40
+    for r in runs:
+        ab = compare(_as_result({n: (s["A"], s["A2"]) for n, s in r["round_medians_us"].items()}, 1.0), a="A",
+                     b="B", stats=StatsConfig(), expected_sha256={"A": "A", "B": "B"})
+        assert ab.overall is not None
+        assert (ab.outcome, round(ab.overall.ratio, 9)) == (r["outcome"], round(r["overall"], 9))
+    accepted = [i + 1 for i, r in enumerate(runs) if r["outcome"] == "accepted"]
+    b_ahead = sum(r["overall"] > 1.0 for r in runs)
+    assert (accepted, b_ahead) == ([26], 29)
+    assert "**1 of 40 was accepted**: evaluation 26, **1.049x [1.034, 1.064]**" in page
+    assert "**29 of 40**" in page
