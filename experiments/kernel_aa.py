@@ -9,9 +9,9 @@ planted factor (1.05, 1.10, 1.25) the acceptance rate is the rule's power. `live
 the spec's own timing (fresh worker processes each, which one long run cannot show), each judged as a campaign
 judges a candidate.
 
-    python experiments/kernel_aa.py record experiments/gemma4-attention-kernel-cpu.yaml --rounds 160 \\
+    python experiments/kernel_aa.py record experiments/gemma4-attention-kernel-cpu.yaml --rounds 400 \\
         --out experiments/results/kernel-aa-cpu.json
-    python experiments/kernel_aa.py resample experiments/results/kernel-aa-cpu.json --windows 4,8,12,20
+    python experiments/kernel_aa.py resample experiments/results/kernel-aa-cpu.json --windows 4,8,12,20 --draws 1000
     python experiments/kernel_aa.py live experiments/gemma4-attention-kernel-cpu.yaml --count 40
 """
 
@@ -70,7 +70,7 @@ def record(spec_path: Path, rounds: int, out: Path) -> None:
     print(f"recorded {rounds} rounds of {len(shapes)} shapes in {wall:.0f} s -> {out}")
 
 
-def _as_result(window: dict[str, dict[str, list[float]]], factor: float) -> dict[str, Any]:
+def _as_result(window: dict[str, tuple[list[float], list[float]]], factor: float) -> dict[str, Any]:
     """A runner result of two builds whose per-round medians are the window's (B's divided by `factor`)."""
     shapes = {name: {"builds": {"A": {"ok": True, "round_medians_us": a},
                                 "B": {"ok": True, "round_medians_us": [t / factor for t in b]}}}
@@ -105,7 +105,7 @@ def resample(recorded: Path, windows: list[int], draws: int, seed: int) -> dict[
             for _ in range(draws):
                 start = rng.randrange(0, total - w + 1)
                 flip = rng.random() < 0.5   # which copy plays B
-                window = {}
+                window: dict[str, tuple[list[float], list[float]]] = {}
                 for name, series in data["round_medians_us"].items():
                     a, b = series["A"][start:start + w], series["A2"][start:start + w]
                     window[name] = (b, a) if flip else (a, b)
