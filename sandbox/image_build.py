@@ -12,9 +12,10 @@
    ratchet.vllm, ratchet.torch, ratchet.venv (the venv it copies). A build whose inputs hash matches an existing
    image is skipped. The import needs the stage's size free under Docker's root: checked first, so a full disk
    is named as such instead of surfacing as the daemon's "500 Server Error".
-4. Each build leaves the image of every earlier one in place, since another checkout on the host may still run
-   it (found by its ratchet.inputs label). An image whose venv is gone and that no tag names is nobody's any
-   more: a build removes those (~5 GB each), so rebuilding in fresh checkouts does not fill the disk.
+4. A build does not remove the image the tag named before, since another checkout on the host may still run it
+   (found by its ratchet.inputs label). An image that no tag names and no venv here would run (its venv is gone,
+   or was rebuilt in place with other packages) is nobody's any more: a build removes those (~5 GB each), so
+   rebuilding in fresh checkouts, or after a dependency change, does not fill the disk.
 
 The inputs hash covers the build recipe, the Debian suite and package list, the interpreter's version and
 every installed distribution's RECORD (each file's sha256, as pip wrote it), so a changed wheel rebuilds.
@@ -41,6 +42,7 @@ __all__ = [
     "plan_build",
     "build_image",
     "find_image",
+    "check_room",
     "prune_orphaned_images",
     "DEFAULT_TAG",
     "DEFAULT_CACHE",
@@ -161,20 +163,33 @@ def check_room(client: Any, need: int) -> None:
         )
 
 
+def _runnable_here(image: Any) -> bool:
+    """Whether a venv on this host would still run `image`: the venv it was built from exists and hashes to the
+    image's inputs (a venv rebuilt in place with other packages has moved on to another image)."""
+    labels = image.labels or {}
+    venv = labels.get(VENV_LABEL, "")
+    if not venv or not Path(venv, "bin", "python").exists():
+        return False
+    try:
+        return plan_build(venv=Path(venv)).inputs_hash == labels.get("ratchet.inputs")
+    except Exception:  # noqa: BLE001 - a venv that cannot be probed may still be someone's: keep its image
+        return True
+
+
 def prune_orphaned_images(client: Any, keep: str, progress: Progress = _quiet) -> list[str]:
-    """Remove the images earlier builds left that no tag names and whose venv no longer exists; never `keep`,
-    never one a container uses (the daemon refuses, and the image stays). Returns the ids removed."""
+    """Remove the images earlier builds left that no tag names and no venv on this host would run (`_runnable_here`);
+    never `keep`, never one a container uses (the daemon refuses, and the image stays). Returns the ids removed."""
     removed: list[str] = []
     for image in client.images.list(filters={"label": VENV_LABEL}):
-        venv = (image.labels or {}).get(VENV_LABEL, "")
-        if image.id == keep or image.tags or not venv or Path(venv, "bin", "python").exists():
+        if image.id == keep or image.tags or _runnable_here(image):
             continue
         try:
             client.images.remove(image.id, noprune=False)
         except Exception as exc:  # noqa: BLE001 - in use by a container, or gone meanwhile: leave it
             progress(f"kept {image.id[:19]} ({type(exc).__name__})", None, None)
             continue
-        progress(f"removed {image.id[:19]}, the image of a venv that is gone ({venv})", None, None)
+        venv = image.labels.get(VENV_LABEL)
+        progress(f"removed {image.id[:19]}, an image no venv here runs (built from {venv})", None, None)
         removed.append(str(image.id))
     return removed
 

@@ -1,17 +1,21 @@
 """The sandbox image build's disk hygiene, against a stand-in for the docker client: a full disk is named before
-the import, and the images of venvs that are gone are removed (never a tagged one, one still in use, or the new
+the import, and the images no venv here would run are removed (never a tagged one, one still in use, or the new
 one)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from sandbox import image_build
 from sandbox.errors import SandboxError
 from sandbox.image_build import VENV_LABEL, check_room, prune_orphaned_images
+
+INPUTS = "ratchet.inputs"
 
 
 @dataclass
@@ -51,20 +55,33 @@ def _venv(tmp_path: Path, name: str) -> str:
     return str(tmp_path / name)
 
 
-def test_only_untagged_unused_images_of_vanished_venvs_are_removed(tmp_path: Path) -> None:
-    live, gone = _venv(tmp_path, "live"), str(tmp_path / "deleted-checkout" / ".venv")
+def test_only_untagged_unused_images_no_venv_here_runs_are_removed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    live, moved = _venv(tmp_path, "live"), _venv(tmp_path, "rebuilt")
+    odd = _venv(tmp_path, "cannot-be-probed")
+    gone = str(tmp_path / "deleted-checkout" / ".venv")
+    hashes = {live: "h-live", moved: "h-after-a-dependency-change"}
+
+    def plan(venv: Path) -> SimpleNamespace:
+        if str(venv) not in hashes:
+            raise SandboxError("probing the venv failed")
+        return SimpleNamespace(inputs_hash=hashes[str(venv)])
+
+    monkeypatch.setattr(image_build, "plan_build", plan)
     images = [
-        Image("sha256:new", {VENV_LABEL: gone}),                    # the build's own image: kept
-        Image("sha256:live", {VENV_LABEL: live}),                   # another checkout still has its venv
-        Image("sha256:tagged", {VENV_LABEL: gone}, ["mine:cpu"]),   # someone tagged it
-        Image("sha256:busy", {VENV_LABEL: gone}),                   # a container runs it
-        Image("sha256:orphan", {VENV_LABEL: gone}),                 # nobody's any more
-        Image("sha256:old", {"ratchet.inputs": "x"}),               # built before the label: not ours to judge
+        Image("sha256:new", {VENV_LABEL: gone}),                            # the build's own image: kept
+        Image("sha256:live", {VENV_LABEL: live, INPUTS: "h-live"}),         # another checkout still runs it
+        Image("sha256:odd", {VENV_LABEL: odd, INPUTS: "?"}),                # its venv cannot be probed: kept
+        Image("sha256:tagged", {VENV_LABEL: gone}, ["mine:cpu"]),           # someone tagged it
+        Image("sha256:busy", {VENV_LABEL: gone}),                           # a container runs it
+        Image("sha256:orphan", {VENV_LABEL: gone}),                         # its venv is gone
+        Image("sha256:stale", {VENV_LABEL: moved, INPUTS: "h-before"}),     # its venv has other packages now
+        Image("sha256:old", {INPUTS: "x"}),                                 # built before the label: left alone
     ]
     client = Client(images=images, in_use={"sha256:busy"})
     said: list[str] = []
     removed = prune_orphaned_images(client, keep="sha256:new", progress=lambda what, *_: said.append(what))
-    assert removed == ["sha256:orphan"] and client.images.removed == ["sha256:orphan"]
+    assert removed == ["sha256:orphan", "sha256:stale"] and client.images.removed == removed
     assert any("kept sha256:busy" in s for s in said) and any(gone in s for s in said)
 
 
