@@ -7,6 +7,11 @@ Every run saves its requests' generated texts (`--save-detailed`): harness/workl
 between the two builds of an A/B, request by request. With `benchmark.dataset: copy-task` the harness
 writes each (cell, repeat)'s prompts itself (harness/datasets.py), so it knows what every request asked.
 The client's reported duration is checked against the harness's own clock around the run.
+
+Every request is greedy (`--temperature 0`: the client no longer asks for it by default, and the server's default
+is 1.0, which sampled the benchmark's outputs at random). Text requests also ask for top-k logprobs with token ids
+(`benchmark.logprobs`); the driver keeps them per request (harness/bench_driver.py) and a run whose server returns
+fewer logprob positions than tokens it was asked for fails its checks: a build cannot opt out of being compared.
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from harness.bench_driver import TOKENS_SUFFIX
 from harness.config import BenchmarkConfig, Cell
 from harness.datasets import write_copy_task, write_read_task
 from harness.errors import BenchmarkFailed, HarnessError, MalformedBenchResult
 
-__all__ = ["TIMINGS_FILE", "BenchJob", "BenchResult", "CellRun", "run_jobs", "job_argv"]
+__all__ = ["TIMINGS_FILE", "BenchJob", "BenchResult", "CellRun", "RequestTokens", "run_jobs", "job_argv",
+           "read_tokens"]
 
 
 class BenchResult(BaseModel):
@@ -82,12 +89,26 @@ class BenchJob:
 
 
 @dataclass(frozen=True)
+class RequestTokens:
+    """One benchmark request's generated tokens as its server streamed them, with their logprobs."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]                          # each generated token's own
+    top: tuple[tuple[tuple[int, float], ...], ...]       # per position: the top-k (id, logprob), best first
+
+    def margin(self, position: int) -> float | None:
+        top = self.top[position] if position < len(self.top) else ()
+        return top[0][1] - top[1][1] if len(top) >= 2 else None
+
+
+@dataclass(frozen=True)
 class CellRun:
     job: BenchJob
     result: BenchResult
     wall_s: float
     prompts: tuple[str, ...] = ()       # copy-task: the prompt of each request, in order; random: unknown
     answers: tuple[tuple[str, ...], ...] = ()   # read-task: each request's right output (its picture says it)
+    tokens: tuple[RequestTokens, ...] = ()       # benchmark.logprobs: each request's tokens and logprobs, in order
 
     @property
     def texts(self) -> tuple[str, ...]:
@@ -133,7 +154,15 @@ def warmups(job: BenchJob, config: BenchmarkConfig) -> int:
     return config.num_warmups if config.warm_up == "every_run" or job.first_of_cell else 0
 
 
+def captures_tokens(job: BenchJob, config: BenchmarkConfig) -> bool:
+    """Text requests go to the completions endpoint, whose logprobs name token ids; image cells are scored
+    against their pictures' answers instead."""
+    return config.logprobs is not None and not job.cell.has_images
+
+
 def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename: str) -> list[str]:
+    logprobs = (["--logprobs", str(config.logprobs), "--extra-body", json.dumps({"return_tokens_as_token_ids": True})]
+                if captures_tokens(job, config) else [])
     if job.cell.has_images:
         dataset = _image_dataset_argv(job, config, result_dir)
     elif config.dataset == "copy-task":
@@ -147,7 +176,7 @@ def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename:
         "--base-url", job.base_url, "--model", job.model_name,
         "--tokenizer", str(job.tokenizer), *dataset, "--num-prompts", str(config.prompts_for(job.cell)),
         "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(warmups(job, config)),
-        "--ignore-eos", "--seed", str(config.seed + job.repeat), "--disable-tqdm",
+        "--ignore-eos", "--temperature", "0", *logprobs, "--seed", str(config.seed + job.repeat), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", filename,
     ]
@@ -213,6 +242,33 @@ def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
     return result
 
 
+def read_tokens(path: Path, job: BenchJob, num_prompts: int, top_k: int) -> tuple[RequestTokens, ...]:
+    """The run's captured requests (harness/bench_driver.py), checked complete: every request, every generated
+    position with its logprob and top-k. The server under test writes what the client captured, so a build that
+    leaves logprobs out (or streams fewer than it generated) fails the run rather than escaping the comparison."""
+    where = f"{job.tag} {job.cell.label} repeat {job.repeat}"
+    try:
+        requests = json.loads(path.read_text())["requests"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise MalformedBenchResult(f"{where}: no readable token capture at {path} ({exc})") from exc
+    out = []
+    for index in range(num_prompts):
+        entry = requests[index] if index < len(requests) else None
+        try:
+            ids = tuple(int(t) for t in entry["token_ids"])
+            logprobs = tuple(float(v) for v in entry["logprobs"])
+            top = tuple(tuple((int(i), float(v)) for i, v in pos) for pos in entry["top_logprobs"])
+        except (KeyError, TypeError, ValueError):
+            raise BenchmarkFailed(f"{where}: request {index}'s tokens and logprobs were not streamed") from None
+        want = job.cell.output_len
+        if not (len(ids) == len(logprobs) == len(top) == want) or any(len(pos) < 2 for pos in top):
+            raise BenchmarkFailed(
+                f"{where}: request {index} streamed {len(ids)} token ids, {len(logprobs)} logprobs and {len(top)} "
+                f"top-{top_k} lists for {want} generated tokens: its outputs cannot be compared, so it is not measured")
+        out.append(RequestTokens(token_ids=ids, logprobs=logprobs, top=top))
+    return tuple(out)
+
+
 def mismatched_inputs(runs: Sequence[CellRun], reference: str) -> dict[str, BenchmarkFailed]:
     """Builds whose server reported other prompt-token totals than the `reference` build's for the same cell and
     repeat. Every build of a comparison is sent the same prompts and serves the same tokenizer, so the totals
@@ -253,6 +309,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
     files = [f"job{index:04d}.json" for index in range(len(jobs))]
     for name in files:
         (work_dir / name).unlink(missing_ok=True)
+        (work_dir / (name + TOKENS_SUFFIX)).unlink(missing_ok=True)
     argvs = [job_argv(job, config, work_dir, name) for job, name in zip(jobs, files, strict=True)]
     prompts = _write_datasets(jobs, config, work_dir)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=work_dir, delete=False) as f:
@@ -322,8 +379,11 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                             check_alive(job)
                         result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
                         written = prompts.get(dataset_path(job, work_dir), ((), ()))
+                        tokens = read_tokens(work_dir / (files[index] + TOKENS_SUFFIX), job,
+                                             config.prompts_for(job.cell), config.logprobs or 0) \
+                            if captures_tokens(job, config) else ()
                         run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
-                                      prompts=written[0], answers=written[1])
+                                      prompts=written[0], answers=written[1], tokens=tokens)
                         check_duration(run)
                     except HarnessError as exc:
                         charge(job, exc)

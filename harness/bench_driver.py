@@ -11,16 +11,30 @@ Each tokenizer is loaded once per process, not once per job: the client's own `g
 first time and its object handed to later jobs that name the same tokenizer, as one vLLM server serves every
 request with one tokenizer. Gemma 4's 262k-token tokenizer took 1.3-1.6 s a load on a 2-core host, between
 one job's go and its first request; a job list of 64 runs loaded it 64 times.
+
+Every measured request's streamed token ids and top-k logprobs are kept (`capture_streams`) when the job asks
+for logprobs: the client itself reads only the text. The driver wraps the completions request function to keep
+each request's raw messages (a list append per chunk, nothing parsed while the clock runs), parses them after the
+run and writes them beside the result (`tokens_path`), in request order. harness/workload.py compares them
+between the two builds position by position: the parity check is the measured traffic itself, so there is no
+moment of a measurement a candidate could tell apart from a check.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
+import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from types import ModuleType
 from typing import Any
+
+# The raw SSE messages of the request whose task is running (None outside a captured request).
+_STREAM: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("ratchet_stream", default=None)
+TOKENS_SUFFIX = ".tokens.json"
+CAPTURED_BACKENDS = ("vllm", "openai")     # the completions endpoint: its logprobs carry token ids
 
 
 def reuse_tokenizers(serve: ModuleType) -> dict[str, Any]:
@@ -38,13 +52,89 @@ def reuse_tokenizers(serve: ModuleType) -> dict[str, Any]:
     return loaded
 
 
+def capture_streams(lib: ModuleType, request_funcs: MutableMapping[str, Any]) -> dict[str, list[str]]:
+    """Keep every identified request's raw stream messages, by request id. Warm-ups and the client's first
+    test request carry no id and are not kept (they are not measured either)."""
+    captured: dict[str, list[str]] = {}
+    add_chunk = lib.StreamedResponseHandler.add_chunk
+
+    def recording_add_chunk(self: object, chunk_bytes: bytes) -> list[str]:
+        messages: list[str] = add_chunk(self, chunk_bytes)
+        box = _STREAM.get()
+        if box is not None:
+            box.extend(messages)
+        return messages
+
+    lib.StreamedResponseHandler.add_chunk = recording_add_chunk
+    for name in CAPTURED_BACKENDS:
+        original = request_funcs[name]
+
+        async def recording(request_func_input: Any, session: Any, pbar: Any = None, _original: Any = original
+                            ) -> Any:
+            request_id = request_func_input.request_id
+            if not request_id:
+                return await _original(request_func_input, session, pbar)
+            box: list[str] = []
+            token = _STREAM.set(box)
+            try:
+                return await _original(request_func_input, session, pbar)
+            finally:
+                _STREAM.reset(token)
+                captured[request_id] = box
+
+        request_funcs[name] = recording
+    return captured
+
+
+def _token_id(key: str) -> int:
+    """`return_tokens_as_token_ids` names each token `token_id:N`."""
+    return int(key.rsplit(":", 1)[1])
+
+
+def parse_stream(messages: list[str]) -> dict[str, list[Any]]:
+    """One request's streamed completions messages -> its generated token ids, each one's logprob, and the
+    top-k (id, logprob) pairs at each position, best first."""
+    ids: list[int] = []
+    chosen: list[float] = []
+    top: list[list[list[float]]] = []
+    for message in messages:
+        body = message.removeprefix("data: ")
+        if not body.startswith("{"):
+            continue
+        choices = json.loads(body).get("choices") or []
+        logprobs = choices[0].get("logprobs") if choices else None
+        if not logprobs:
+            continue
+        ids += [_token_id(t) for t in logprobs["tokens"]]
+        chosen += [float(v) for v in logprobs["token_logprobs"]]
+        for entry in logprobs["top_logprobs"]:
+            ranked = sorted(((_token_id(k), float(v)) for k, v in (entry or {}).items()), key=lambda kv: -kv[1])
+            top.append([[float(i), v] for i, v in ranked])
+    return {"token_ids": ids, "logprobs": chosen, "top_logprobs": top}
+
+
+def write_tokens(captured: dict[str, list[str]], prefix: str, path: str) -> None:
+    """The captured requests of one run, in request order (the dataset numbers its requests `prefix` + index),
+    written atomically: the harness reads the file only after the run's DONE line."""
+    requests: dict[int, dict[str, list[Any]]] = {}
+    for request_id, messages in captured.items():
+        if request_id.startswith(prefix) and request_id[len(prefix):].isdigit():
+            requests[int(request_id[len(prefix):])] = parse_stream(messages)
+    ordered = [requests.get(index) for index in range(max(requests, default=-1) + 1)]
+    with open(path + ".part", "w") as f:
+        json.dump({"requests": ordered}, f, separators=(",", ":"))
+    os.replace(path + ".part", path)
+
+
 def main(jobs_path: str) -> int:
+    import vllm.benchmarks.lib.endpoint_request_func as request_lib
     import vllm.benchmarks.serve as serve
     from vllm.benchmarks.serve import add_cli_args
     from vllm.benchmarks.serve import main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     reuse_tokenizers(serve)
+    captured = capture_streams(request_lib, request_lib.ASYNC_REQUEST_FUNCS)
 
     with open(jobs_path) as f:
         jobs = json.load(f)
@@ -61,8 +151,12 @@ def main(jobs_path: str) -> int:
             print(f"RATCHET_JOB_ABORT {index}", flush=True)
             return 1
         print(f"RATCHET_JOB_START {index}", flush=True)
+        captured.clear()
         try:
             bench_main(args)
+            if args.logprobs is not None:
+                write_tokens(captured, args.request_id_prefix,
+                             os.path.join(args.result_dir, args.result_filename + TOKENS_SUFFIX))
         except Exception:   # one build's dead server must not end the other builds' runs: the harness decides
             traceback.print_exc()
             print(f"RATCHET_JOB_FAILED {index}", flush=True)

@@ -494,7 +494,7 @@ def compare_arms(backend: Backend, a: Build, bs: list[Build], *, server: ServerC
                         results[a.tag].runs, results[build.tag].runs, tokenizer=server.model,
                         reference_url=measured[a.tag].base_url, model=server.served_model_name,
                         tie_margin=parity.tie_margin, answer=copy_task_answer if bench.dataset == "copy-task" else None,
-                        alpha=parity.workload_alpha)
+                        alpha=parity.workload_alpha, logprob_tolerance=parity.workload_logprob_tolerance)
                     reports[build.tag] = dataclasses.replace(reports[build.tag], workload=workload)
                     progress(f"{build.tag}: {workload.summary()}" if len(bs) > 1 else workload.summary())
     return [_arm_result(results[a.tag], results[b.tag], reports.get(b.tag), cells, stats_cfg,

@@ -28,11 +28,12 @@ from pathlib import Path
 
 import httpx
 
-from harness.bench import CellRun
+from harness.bench import CellRun, RequestTokens
 from harness.config import DEFAULT_WORKLOAD_ALPHA
+from harness.parity import Drift
 
-__all__ = ["Divergence", "Scores", "WorkloadReport", "compare_workload", "sign_test", "DEFAULT_TIE_MARGIN",
-           "DEFAULT_WORKLOAD_ALPHA", "MAX_LOOKUPS"]
+__all__ = ["Divergence", "Scores", "WorkloadReport", "compare_workload", "sign_test", "token_drift",
+           "DEFAULT_TIE_MARGIN", "DEFAULT_WORKLOAD_ALPHA", "MAX_LOOKUPS"]
 
 DEFAULT_TIE_MARGIN = 1.0   # nats: the embedded checkpoint's copy positions have margins of 5.4-12
 MAX_LOOKUPS = 16           # margin requests per comparison; divergences beyond are judged without one
@@ -84,6 +85,15 @@ class WorkloadReport:
     tie_margin: float = DEFAULT_TIE_MARGIN
     missing: tuple[str, ...] = field(default=())   # runs without generated texts (nothing to compare)
     scores: Scores | None = None          # copy-task: correctness against the known answers
+    # benchmark.logprobs: the largest logprob difference over every compared position (all requests, up to each
+    # one's first divergence), and the tolerance it is judged by (None: not judged)
+    drift: Drift | None = None
+    positions: int = 0
+    tolerance: float | None = None
+
+    @property
+    def drift_ok(self) -> bool:
+        return self.tolerance is None or self.drift is None or self.drift.nats <= self.tolerance
 
     @property
     def real_divergences(self) -> list[Divergence]:
@@ -97,16 +107,24 @@ class WorkloadReport:
 
     @property
     def ok(self) -> bool:
-        if self.judged and self.missing:
+        if (self.judged and self.missing) or not self.drift_ok:
             return False
         if self.scores is not None:
             return not self.scores.worse
         return not self.real_divergences
 
+    def _drift_summary(self) -> str:
+        if self.drift is None:
+            return ""
+        tolerance = f", tolerance {self.tolerance:.3g}" if self.tolerance is not None else ""
+        text = f"; logprob drift {self.drift} over {self.positions} positions{tolerance}"
+        return text + ("" if self.drift_ok else ": the candidate's numbers moved where its tokens did not (BROKEN)")
+
     def summary(self) -> str:
         head = f"workload parity: {self.identical}/{self.requests} benchmark requests identical"
         if self.missing:
             head += f"; {len(self.missing)} runs saved no outputs ({', '.join(self.missing[:3])})"
+        head += self._drift_summary()
         if self.scores is not None:
             sc = self.scores
             text = (f"{head}; wrong against the task's answers: reference {sc.reference_wrong}, candidate "
@@ -131,6 +149,8 @@ class WorkloadReport:
         return {"ok": self.ok, "requests": self.requests, "identical": self.identical, "judged": self.judged,
                 "scores": asdict(self.scores) if self.scores is not None else None,
                 "tie_margin": self.tie_margin, "missing": list(self.missing),
+                "drift": asdict(self.drift) if self.drift else None, "positions": self.positions,
+                "logprob_tolerance": self.tolerance,
                 "divergences": [asdict(d) for d in self.divergences[:64]],
                 "divergence_count": len(self.divergences)}
 
@@ -154,21 +174,107 @@ def _margin(base_url: str, model: str, prompt_ids: list[int], timeout_s: float) 
         return None
 
 
+@dataclass
+class _Tally:
+    """What a comparison has found so far (one request at a time)."""
+
+    requests: int = 0
+    identical: int = 0
+    positions: int = 0                    # generated positions whose logprobs were compared
+    drift: Drift | None = None
+    divergences: list[Divergence] = field(default_factory=list)
+    lookups: list[tuple[int, list[int]]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    wrong: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("reference", "candidate", "candidate_only", "reference_only"), 0))
+
+    def score(self, a_wrong: bool, b_wrong: bool) -> None:
+        self.wrong["reference"] += a_wrong
+        self.wrong["candidate"] += b_wrong
+        self.wrong["candidate_only"] += b_wrong and not a_wrong
+        self.wrong["reference_only"] += a_wrong and not b_wrong
+
+    def drifted(self, nats: float, where: str, position: int, token: int) -> None:
+        if self.drift is None or nats > self.drift.nats:
+            self.drift = Drift(nats=nats, prompt_id=where, position=position, token=token)
+
+
+def token_drift(ref: RequestTokens, cand: RequestTokens) -> tuple[int | None, float, int, int]:
+    """The first position where the generated ids differ (None: identical), and the largest logprob difference
+    before it, at each position over its own token and every top-k token both builds list: (divergence, nats,
+    position, token). After a divergence the two contexts differ and nothing more is compared."""
+    worst, at, token = 0.0, 0, -1
+    for pos, (x, y) in enumerate(zip(ref.token_ids, cand.token_ids, strict=False)):
+        if x != y:
+            return pos, worst, at, token
+        pairs = [(x, ref.logprobs[pos], cand.logprobs[pos])]
+        theirs = dict(cand.top[pos])
+        pairs += [(t, lp, theirs[t]) for t, lp in ref.top[pos] if t in theirs]
+        for t, a, b in pairs:
+            if abs(a - b) > worst:
+                worst, at, token = abs(a - b), pos, t
+    if len(ref.token_ids) != len(cand.token_ids):
+        return min(len(ref.token_ids), len(cand.token_ids)), worst, at, token
+    return None, worst, at, token
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _compare_request(tally: _Tally, ref: CellRun, cand: CellRun, index: int, *,
+                     encode: Callable[[str, bool], list[int]], right: list[str] | None, look_up: bool) -> None:
+    """One request of a (cell, repeat) on both builds: scored against its answer, compared as token ids and, where
+    both runs captured them, logprob by logprob up to its first divergence."""
+    a, b = ref.texts[index], cand.texts[index]
+    tally.requests += 1
+    a_wrong = b_wrong = False
+    if right is not None:
+        a_wrong, b_wrong = a.split() != right, b.split() != right
+        tally.score(a_wrong, b_wrong)
+    margin = None
+    if ref.tokens and cand.tokens:
+        rt, ct = ref.tokens[index], cand.tokens[index]
+        ids_a, ids_b = list(rt.token_ids), list(ct.token_ids)
+        pos, nats, at, token = token_drift(rt, ct)
+        tally.positions += len(ids_a) if pos is None else pos
+        tally.drifted(nats, f"{ref.job.cell.label}#r{ref.job.repeat} request {index}", at, token)
+        if pos is None and a == b:
+            tally.identical += 1
+            return
+        if pos is None:       # the same ids, other text: the candidate's detokenizer
+            ids_a, ids_b = encode(a, False), encode(b, False)
+            pos = _first_difference(ids_a, ids_b)
+        margin = rt.margin(pos)
+    else:
+        if a == b:
+            tally.identical += 1
+            return
+        ids_a, ids_b = encode(a, False), encode(b, False)
+        pos = _first_difference(ids_a, ids_b)
+    at_ = lambda ids, i: ids[i] if i < len(ids) else None  # noqa: E731
+    tally.divergences.append(Divergence(ref.job.cell.label, ref.job.repeat, index, pos, at_(ids_a, pos),
+                                        at_(ids_b, pos), reference_margin=margin,
+                                        candidate_wrong_only=b_wrong and not a_wrong))
+    if margin is None and look_up and len(tally.lookups) < MAX_LOOKUPS:
+        tally.lookups.append((len(tally.divergences) - 1, encode(ref.prompts[index], True) + ids_a[:pos]))
+
+
 def compare_workload(reference_runs: Sequence[CellRun], candidate_runs: Sequence[CellRun], *, tokenizer: Path,
                      reference_url: str | None = None, model: str = "", tie_margin: float = DEFAULT_TIE_MARGIN,
                      timeout_s: float = 60.0, before_lookup: Callable[[], None] = lambda: None,
                      answer: Callable[[str, int], list[str]] | None = None,
-                     alpha: float = DEFAULT_WORKLOAD_ALPHA) -> WorkloadReport:
-    """Pair runs by (cell, repeat), compare their requests' outputs as token ids; ask `reference_url` for
-    the margin at (up to MAX_LOOKUPS) divergences. `before_lookup` runs once before the first request
-    (the caller thaws the reference server)."""
+                     alpha: float = DEFAULT_WORKLOAD_ALPHA,
+                     logprob_tolerance: float | None = None) -> WorkloadReport:
+    """Pair runs by (cell, repeat), compare their requests' outputs as token ids, and their logprobs where the
+    runs captured them (`logprob_tolerance`: the largest difference allowed; None: not judged). The margin at a
+    divergence is the reference run's own; without captured logprobs it is asked of `reference_url` (up to
+    MAX_LOOKUPS divergences). `before_lookup` runs once before the first such request (the caller thaws the
+    reference server)."""
     encode = _encoder(tokenizer)
     by_key = {(r.job.cell.label, r.job.repeat): r for r in candidate_runs}
-    requests = identical = 0
-    divergences: list[Divergence] = []
-    lookups: list[tuple[int, list[int]]] = []
-    missing: list[str] = []
-    judged = all(r.prompts for r in reference_runs)
+    captured = all(r.tokens for r in reference_runs)
+    judged = captured or all(r.prompts for r in reference_runs)
 
     def right_answer(run: CellRun, index: int) -> list[str] | None:
         if run.answers:                      # read-task: the picture's answer, written with the request
@@ -177,46 +283,31 @@ def compare_workload(reference_runs: Sequence[CellRun], candidate_runs: Sequence
             return answer(run.prompts[index], run.job.cell.output_len)
         return None
 
-    scored = judged and all(r.answers or answer is not None for r in reference_runs)
-    wrong = {"reference": 0, "candidate": 0, "candidate_only": 0, "reference_only": 0}
+    scored = all(r.prompts for r in reference_runs) and all(r.answers or answer is not None for r in reference_runs)
+    tally = _Tally()
     for ref in reference_runs:
         cand = by_key.get((ref.job.cell.label, ref.job.repeat))
-        label = f"{ref.job.cell.label}#r{ref.job.repeat}"
-        if cand is None or not ref.texts or len(ref.texts) != len(cand.texts):
-            missing.append(label)
+        if cand is None or not ref.texts or len(ref.texts) != len(cand.texts) or (ref.tokens and not cand.tokens):
+            tally.missing.append(f"{ref.job.cell.label}#r{ref.job.repeat}")
             continue
-        for index, (a, b) in enumerate(zip(ref.texts, cand.texts, strict=True)):
-            requests += 1
-            a_wrong = b_wrong = False
-            right = right_answer(ref, index) if scored else None
-            if right is not None:
-                a_wrong, b_wrong = a.split() != right, b.split() != right
-                wrong["reference"] += a_wrong
-                wrong["candidate"] += b_wrong
-                wrong["candidate_only"] += b_wrong and not a_wrong
-                wrong["reference_only"] += a_wrong and not b_wrong
-            if a == b:
-                identical += 1
-                continue
-            ids_a, ids_b = encode(a, False), encode(b, False)
-            pos = next((i for i, (x, y) in enumerate(zip(ids_a, ids_b, strict=False)) if x != y),
-                       min(len(ids_a), len(ids_b)))
-            at = lambda ids, i: ids[i] if i < len(ids) else None  # noqa: E731
-            divergences.append(Divergence(ref.job.cell.label, ref.job.repeat, index, pos, at(ids_a, pos),
-                                          at(ids_b, pos), candidate_wrong_only=b_wrong and not a_wrong))
-            # A margin is asked of the completions endpoint with the prompt's text: not for requests with pictures.
-            if judged and reference_url and len(lookups) < MAX_LOOKUPS and not ref.job.cell.has_images:
-                lookups.append((len(divergences) - 1, encode(ref.prompts[index], True) + ids_a[:pos]))
-    if lookups:
+        # A margin is asked of the completions endpoint with the prompt's text: not for requests with pictures.
+        look_up = bool(ref.prompts) and bool(reference_url) and not ref.job.cell.has_images
+        for index in range(len(ref.texts)):
+            _compare_request(tally, ref, cand, index, encode=encode, look_up=look_up,
+                             right=right_answer(ref, index) if scored else None)
+    if tally.lookups:
         before_lookup()
-        for at_index, prompt_ids in lookups:
-            d = divergences[at_index]
-            divergences[at_index] = Divergence(**{**asdict(d), "reference_margin": _margin(
+        for at_index, prompt_ids in tally.lookups:
+            d = tally.divergences[at_index]
+            tally.divergences[at_index] = Divergence(**{**asdict(d), "reference_margin": _margin(
                 reference_url or "", model, prompt_ids, timeout_s)})
     scores = None
     if scored:
-        scores = Scores(reference_wrong=wrong["reference"], candidate_wrong=wrong["candidate"],
-                        candidate_only=wrong["candidate_only"], reference_only=wrong["reference_only"],
-                        p_value=sign_test(wrong["candidate_only"], wrong["reference_only"]), alpha=alpha)
-    return WorkloadReport(requests=requests, identical=identical, divergences=tuple(divergences), judged=judged,
-                          tie_margin=tie_margin, missing=tuple(missing), scores=scores)
+        w = tally.wrong
+        scores = Scores(reference_wrong=w["reference"], candidate_wrong=w["candidate"],
+                        candidate_only=w["candidate_only"], reference_only=w["reference_only"],
+                        p_value=sign_test(w["candidate_only"], w["reference_only"]), alpha=alpha)
+    return WorkloadReport(requests=tally.requests, identical=tally.identical, divergences=tuple(tally.divergences),
+                          judged=judged, tie_margin=tie_margin, missing=tuple(tally.missing), scores=scores,
+                          drift=tally.drift if captured else None, positions=tally.positions,
+                          tolerance=logprob_tolerance if captured else None)

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 
-from harness.bench import TIMINGS_FILE, BenchJob, run_jobs
-from harness.bench_driver import reuse_tokenizers
+from harness.bench import TIMINGS_FILE, BenchJob, read_tokens, run_jobs
+from harness.bench_driver import capture_streams, parse_stream, reuse_tokenizers, write_tokens
 from harness.config import BenchmarkConfig, Cell
-from harness.errors import BenchmarkFailed, HarnessError, ServerCrashed
+from harness.errors import BenchmarkFailed, HarnessError, MalformedBenchResult, ServerCrashed
 
 
 def test_each_tokenizer_is_loaded_once_per_client_process() -> None:
@@ -56,6 +58,10 @@ STAND_IN = textwrap.dedent("""
                    "mean_itl_ms", "median_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms")}
         with open(opt["--result-dir"] + "/" + opt["--result-filename"], "w") as f:
             json.dump(result, f)
+        if "--logprobs" in opt:     # what the real driver captures: each request's tokens, logprobs and top-k
+            one = {"token_ids": [5] * out, "logprobs": [-0.1] * out, "top_logprobs": [[[5, -0.1], [6, -3.0]]] * out}
+            with open(opt["--result-dir"] + "/" + opt["--result-filename"] + ".tokens.json", "w") as f:
+                json.dump({"requests": [one] * n}, f)
         print(f"RATCHET_JOB_DONE {i}", flush=True)
 """)
 
@@ -143,3 +149,71 @@ def test_the_campaign_cost_script_splits_a_runs_time_from_the_timings(tmp_path: 
     assert run_costs(tmp_path) == {"runs": {"count": 2, "mean_freeze_s": 0.3, "mean_client_s": 6.5,
                                             "mean_measured_s": 5.0, "mean_client_setup_s": 1.5,
                                             "mean_checks_s": 0.2}}
+
+
+# --- the benchmark's own logprobs, kept per request by the driver -----------------------------------------------
+
+def _sse(ids: list[int], logprobs: list[float]) -> str:
+    """One streamed completions message carrying `ids` (return_tokens_as_token_ids) with top-2 logprobs."""
+    tops = [{f"token_id:{t}": lp, f"token_id:{t + 1}": lp - 7.0} for t, lp in zip(ids, logprobs, strict=True)]
+    body = {"choices": [{"text": "x", "logprobs": {"tokens": [f"token_id:{t}" for t in ids],
+                                                   "token_logprobs": logprobs, "top_logprobs": tops}}]}
+    return "data: " + json.dumps(body)
+
+
+def test_a_stream_becomes_each_tokens_id_logprob_and_ranked_top_k() -> None:
+    usage = 'data: {"choices": [], "usage": {"completion_tokens": 3}}'
+    parsed = parse_stream([_sse([7], [-0.5]), _sse([8, 9], [-0.25, -0.125]), usage, "data: [DONE]"])
+    assert parsed["token_ids"] == [7, 8, 9] and parsed["logprobs"] == [-0.5, -0.25, -0.125]
+    assert parsed["top_logprobs"][1] == [[8.0, -0.25], [9.0, -7.25]]      # best first
+
+
+def test_only_identified_requests_are_kept_and_written_in_request_order(tmp_path: Path) -> None:
+    """The client's warm-ups and first test request carry no id (not measured, not kept); the dataset numbers
+    the measured ones prefix + index, and they finish in any order."""
+    class Handler:
+        def add_chunk(self, chunk: bytes) -> list[str]:
+            return [chunk.decode()]
+
+    async def request(request_func_input: Any, session: Any, pbar: Any = None) -> str:
+        handler = Handler()
+        for message in request_func_input.messages:
+            await asyncio.sleep(0.001 * request_func_input.delay)
+            handler.add_chunk(message.encode())
+        return "output"
+
+    lib = ModuleType("lib")
+    lib.StreamedResponseHandler = Handler  # type: ignore[attr-defined]
+    funcs: dict[str, Any] = {"vllm": request, "openai": request, "openai-chat": request}
+    captured = capture_streams(lib, funcs)
+
+    async def run() -> None:
+        asks = [SimpleNamespace(request_id="bench-1-1", messages=[_sse([5], [-0.1])], delay=1),
+                SimpleNamespace(request_id="bench-1-0", messages=[_sse([4], [-0.2]), _sse([6], [-0.3])], delay=3),
+                SimpleNamespace(request_id=None, messages=[_sse([9], [-0.9])], delay=0)]
+        assert await asyncio.gather(*(funcs["vllm"](ask, None) for ask in asks)) == ["output"] * 3
+
+    asyncio.run(run())
+    assert sorted(captured) == ["bench-1-0", "bench-1-1"]
+    write_tokens(captured, "bench-1-", str(tmp_path / "job.json.tokens.json"))
+    written = json.loads((tmp_path / "job.json.tokens.json").read_text())["requests"]
+    assert [r["token_ids"] for r in written] == [[4, 6], [5]]
+    assert funcs["openai-chat"] is request                   # chat requests (pictures) are scored, not captured
+
+
+def test_a_run_whose_server_streamed_fewer_logprobs_than_tokens_fails_naming_the_request(tmp_path: Path) -> None:
+    cell = Cell(input_len=32, output_len=2)
+    job = BenchJob(cell=cell, base_url="http://x", model_name="m", tokenizer=tmp_path, tag="B", repeat=1)
+    whole = {"token_ids": [4, 5], "logprobs": [-0.1, -0.2], "top_logprobs": [[[4, -0.1], [3, -5.0]]] * 2}
+    short = {**whole, "logprobs": [-0.1]}
+    path = tmp_path / "job.json.tokens.json"
+    path.write_text(json.dumps({"requests": [whole, short]}))
+    with pytest.raises(BenchmarkFailed, match="request 1 streamed 2 token ids, 1 logprobs"):
+        read_tokens(path, job, 2, 2)
+    path.write_text(json.dumps({"requests": [whole]}))
+    with pytest.raises(BenchmarkFailed, match="request 1's tokens and logprobs were not streamed"):
+        read_tokens(path, job, 2, 2)
+    with pytest.raises(MalformedBenchResult, match="no readable token capture"):
+        read_tokens(tmp_path / "absent.json", job, 2, 2)
+    path.write_text(json.dumps({"requests": [whole, whole]}))
+    assert [t.token_ids for t in read_tokens(path, job, 2, 2)] == [(4, 5), (4, 5)]

@@ -3,6 +3,7 @@ divergences judged by the reference's margin asked over real HTTP, prompts of ex
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator
@@ -11,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import BenchJob, BenchResult, CellRun, check_duration, job_argv
+from harness.bench import BenchJob, BenchResult, CellRun, RequestTokens, check_duration, job_argv
 from harness.config import BenchmarkConfig, Cell, ParityConfig
 from harness.datasets import copy_task_prompts, write_copy_task
 from harness.errors import BenchmarkFailed
 from harness.parity import ParityReport
-from harness.workload import compare_workload
+from harness.workload import compare_workload, token_drift
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "experiments" / "models" / "gemma4-tiny"
@@ -224,3 +225,78 @@ def test_with_known_answers_the_candidate_fails_only_when_it_is_significantly_mo
     assert not worse.ok and worse.scores is not None and worse.scores.p_value == pytest.approx(1 / 128)
     assert "WORSE" in worse.summary() and len(worse.real_divergences) == 7
     assert sign_test(3, 3) == pytest.approx(0.65625) and sign_test(0, 0) == 1.0
+
+
+# --- the benchmark's own logprobs (benchmark.logprobs): the check is the measured traffic -------------------------
+
+def _tokens(ids: list[int], logprobs: list[float], second: float = -9.0) -> RequestTokens:
+    """A request's capture: each position's own token first in its top-2, a runner-up `second` nats below."""
+    return RequestTokens(token_ids=tuple(ids), logprobs=tuple(logprobs),
+                         top=tuple(((t, lp), (t + 1, lp + second)) for t, lp in zip(ids, logprobs, strict=True)))
+
+
+def _captured(tag: str, texts: list[str], prompts: list[str], tokens: list[RequestTokens]) -> CellRun:
+    return dataclasses.replace(_run(tag, texts, prompts), tokens=tuple(tokens))
+
+
+def test_token_drift_is_the_largest_difference_before_the_first_divergence() -> None:
+    ref = _tokens([9, 10, 11, 12], [-0.01, -0.02, -0.03, -0.04])
+    assert token_drift(ref, ref)[:2] == (None, 0.0)
+    moved = _tokens([9, 10, 11, 12], [-0.01, -0.32, -0.03, -0.04])
+    pos, nats, at, token = token_drift(ref, moved)
+    assert pos is None and nats == pytest.approx(0.30) and at == 1 and token in (10, 11)
+    # a runner-up that moves counts too, not only the chosen token
+    runner_up = dataclasses.replace(ref, top=((ref.top[0][0], (10, -5.0)), *ref.top[1:]))
+    assert token_drift(ref, runner_up)[1:] == (pytest.approx(4.01), 0, 10)
+    # past the first differing id the contexts differ: nothing after it is compared
+    diverged = _tokens([9, 99, 11, 12], [-0.01, -0.02, -3.0, -3.0])
+    assert token_drift(ref, diverged)[:2] == (1, 0.0)
+
+
+def test_a_drift_beyond_the_tolerance_breaks_workload_parity_though_every_token_matches(
+        margin_server: tuple[str, list[dict]]) -> None:
+    url, asked = margin_server
+    prompts = copy_task_prompts(CELL, 2, seed=0, repeat=0)
+    texts = ["t9 t10", "t11 t12"]
+    ref = [_tokens([9, 10], [-0.01, -0.02]), _tokens([11, 12], [-0.01, -0.02])]
+    late = [_tokens([9, 10], [-0.01, -0.02]), _tokens([11, 12], [-0.01, -0.35])]    # the second request drifted
+    report = compare_workload([_captured("A", texts, prompts, ref)], [_captured("B", texts, prompts, late)],
+                              tokenizer=TOKENIZER, reference_url=url, model="m", answer=None, logprob_tolerance=1e-4)
+    assert report.identical == report.requests == 2 and report.positions == 4
+    assert not report.drift_ok and not report.ok and report.drift is not None
+    assert report.drift.nats == pytest.approx(0.33) and report.drift.prompt_id == "in128/out4#r0 request 1"
+    assert "BROKEN" in report.summary() and asked == []
+    within = compare_workload([_captured("A", texts, prompts, ref)], [_captured("B", texts, prompts, ref)],
+                              tokenizer=TOKENIZER, logprob_tolerance=1e-4)
+    assert within.ok and within.drift is not None and within.drift.nats == 0.0
+
+
+def test_with_captured_logprobs_the_margin_at_a_divergence_is_the_reference_runs_own(
+        margin_server: tuple[str, list[dict]]) -> None:
+    url, asked = margin_server
+    prompts = copy_task_prompts(CELL, 1, seed=0, repeat=0)
+    ref = _captured("A", ["t9 t10"], prompts, [_tokens([9, 10], [-0.01, -0.02], second=-0.05)])
+    cand = _captured("B", ["t9 t11"], prompts, [_tokens([9, 11], [-0.01, -0.02], second=-0.05)])
+    report = compare_workload([ref], [cand], tokenizer=TOKENIZER, reference_url=url, model="m",
+                              logprob_tolerance=1e-4)
+    [d] = report.divergences
+    assert (d.position, d.reference_token, d.candidate_token) == (1, 10, 11)
+    assert d.reference_margin == pytest.approx(0.05) and asked == []     # read off the stream, nothing asked
+    assert report.ties == [d] and report.ok
+
+
+def test_a_candidate_run_without_a_capture_where_the_reference_has_one_is_missing_not_passed() -> None:
+    prompts = copy_task_prompts(CELL, 1, seed=0, repeat=0)
+    ref = _captured("A", ["t9 t10"], prompts, [_tokens([9, 10], [-0.01, -0.02])])
+    report = compare_workload([ref], [_run("B", ["t9 t10"], prompts)], tokenizer=TOKENIZER, logprob_tolerance=1e-4)
+    assert report.missing == ("in128/out4#r0",) and not report.ok
+
+
+def test_every_request_is_greedy_and_text_requests_ask_for_logprobs_with_token_ids(tmp_path: Path) -> None:
+    job = BenchJob(cell=CELL, base_url="http://x", model_name="m", tokenizer=TOKENIZER, tag="A", repeat=0)
+    argv = job_argv(job, BenchmarkConfig(input_lens=[128], output_lens=[4], logprobs=3), tmp_path, "r.json")
+    assert argv[argv.index("--temperature") + 1] == "0"
+    assert argv[argv.index("--logprobs") + 1] == "3"
+    assert json.loads(argv[argv.index("--extra-body") + 1]) == {"return_tokens_as_token_ids": True}
+    off = job_argv(job, BenchmarkConfig(input_lens=[128], output_lens=[4], logprobs=None), tmp_path, "r.json")
+    assert "--logprobs" not in off and off[off.index("--temperature") + 1] == "0"
