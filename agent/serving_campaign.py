@@ -37,11 +37,12 @@ from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
+from harness.certificate import certificate_line, parity_certificate
 from harness.engine_args import spec_owned_changes
 from harness.errors import HarnessError, PortInUse
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build
-from harness.parity import Generation
+from harness.parity import Generation, ParityReport
 from harness.server import FAILURE_EXCERPT_CHARS
 from harness.stats import Verdict, decide
 from policies import Policy
@@ -182,7 +183,13 @@ class Campaign(Engine["CampaignEnd"]):
                 "final": ({"overall": vars(final.overall) if final.overall else None,
                            **({"images": vars(final.images)} if final.images else {}),
                            "cells": {label: vars(per["headline"]) for label, per in final.cells.items()},
-                           "parity_ok": bool(final.parity and final.parity.ok)} if final else None)}
+                           "parity_ok": bool(final.parity and final.parity.ok),
+                           **({"certificate": self.certificate(final.parity)} if final.parity else {})}
+                          if final else None)}
+
+    def certificate(self, report: ParityReport) -> dict[str, Any]:
+        """The parity certificate of an A/B this campaign judged (harness/certificate.py)."""
+        return parity_certificate(report, tolerance_basis=self.spec.parity.tolerance_basis)
 
     def ended(self, stop: str, branch: str) -> CampaignEnd:
         from agent.campaign import campaign_end
@@ -532,7 +539,9 @@ class Campaign(Engine["CampaignEnd"]):
         self.workspace.apply_patch(diff)
         commit = commit_change(self.workspace, self.writer, campaign_id=self.campaign_id, iteration=i,
                                proposal=proposal, title=proposal.hypothesis.splitlines()[0][:72],
-                               speedup=result.overall, evidence=[f"Ratchet-Parity: {result.parity.candidate_digest}"],
+                               speedup=result.overall, evidence=[
+                                   f"Ratchet-Parity: {result.parity.candidate_digest}",
+                                   f"Ratchet-Parity-Certificate: {certificate_line(self.certificate(result.parity))}"],
                                per=[f"Ratchet-Cell: {label} {ci}" for label, ci in result.headline().items()])
         self.incumbent_ref = commit
         self.incumbent_rows = result.b.table(self.spec.benchmark.cells())
@@ -557,6 +566,8 @@ class Campaign(Engine["CampaignEnd"]):
                            cells_rows=result.b.table(self.spec.benchmark.cells()),
                            incumbent_rows=result.a.table(self.spec.benchmark.cells()),   # A, same A/B
                            evidence={"A": result.a.evidence, "B": result.b.evidence})
+        if result is not None and result.parity is not None:
+            payload["certificate"] = self.certificate(result.parity)
         if screen is not None and screen.overall is not None:
             payload["screen"] = {"speedup_text": str(screen.overall), "speedup": screen.overall.ratio,
                                  "ci_low": screen.overall.low, "ci_high": screen.overall.high,

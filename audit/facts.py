@@ -74,6 +74,7 @@ class IterationFacts:
     parity: str = ""  # one line: held prompts identical / diverged, drift, workload
     divergences: tuple[Divergence, ...] = ()
     commit: str | None = None
+    certificate: tuple[str, ...] = ()   # the parity certificate's lines (harness/certificate.py), when recorded
 
     @property
     def parity_broken(self) -> bool:
@@ -109,6 +110,7 @@ class CampaignFacts:
     final_images: Ratio | None = None       # the image cells' own headline (then `final` is the text cells')
     final_cells: tuple[CellInterval, ...] = ()
     final_parity_ok: bool | None = None
+    final_certificate: tuple[str, ...] = ()   # the final comparison's parity certificate (its lines)
     iterations: tuple[IterationFacts, ...] = ()
     decisions: tuple[tuple[str, str, int], ...] = ()  # (rule, decision, count), most frequent first
     kinds: tuple[tuple[str, int], ...] = ()
@@ -154,6 +156,11 @@ def _dict(body: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _certificate(body: dict[str, Any]) -> tuple[str, ...]:
+    lines = _dict(body, "certificate").get("lines")
+    return tuple(str(line) for line in lines) if isinstance(lines, list) else ()
 
 
 def _parity_line(body: dict[str, Any]) -> tuple[str, tuple[Divergence, ...]]:
@@ -248,7 +255,7 @@ def campaign_facts(directory: Path) -> CampaignFacts:
                 screen=Ratio.of({"ratio": screen.get("speedup"), "low": screen.get("ci_low"),
                                  "high": screen.get("ci_high")}),
                 cells=_cells(body.get("cells"), body.get("incumbent_rows"), body.get("cells_rows"), metric),
-                result=True)
+                certificate=_certificate(body), result=True)
         elif kind == "campaign.end":
             verdict = _dict(body, "verdict")
             facts["verdict_status"] = str(verdict.get("status") or "")
@@ -261,11 +268,13 @@ def campaign_facts(directory: Path) -> CampaignFacts:
                 facts["final_images"] = Ratio.of(final.get("images"))
                 facts["final_cells"] = _cells(final.get("cells"), metric=facts.get("metric", ""))
                 facts["final_parity_ok"] = final.get("parity_ok") if isinstance(final.get("parity_ok"), bool) else None
+                facts["final_certificate"] = _certificate(final)
     iterations = tuple(
         IterationFacts(iteration=i, accepted=s["accepted"], parity_ok=s["parity_ok"], outcome=s["outcome"],
                        reason=s["reason"], hypothesis=s.get("hypothesis", ""), source=s.get("source", ""),
                        diff=s.get("diff", ""), overall=s["overall"], screen=s["screen"], cells=s["cells"],
-                       parity=s.get("parity", ""), divergences=s.get("divergences", ()), commit=s["commit"])
+                       parity=s.get("parity", ""), divergences=s.get("divergences", ()), commit=s["commit"],
+                       certificate=s.get("certificate", ()))
         for i, s in sorted(by_it.items()) if s.get("result"))
     return CampaignFacts(
         campaign=str(records[0].get("campaign")) if records else "?",

@@ -93,6 +93,10 @@ def _environment(facts: CampaignFacts) -> list[list[str]]:
     return rows
 
 
+def _certificate_html(title: str, lines: tuple[str, ...]) -> str:
+    return f"<p><b>{escape(title)}:</b></p><ul>" + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>"
+
+
 def _iteration_html(it: IterationFacts) -> str:
     status = it.status
     ratio = str(it.overall) if it.overall else "–"
@@ -102,6 +106,8 @@ def _iteration_html(it: IterationFacts) -> str:
              f"<p><b>Hypothesis:</b> {escape(it.hypothesis or '–')}</p>",
              f"<p><b>Verdict:</b> {escape(it.reason or '–')}</p>",
              f"<p><b>Parity:</b> {escape(it.parity or '–')}</p>"]
+    if it.accepted and it.certificate:
+        parts.append(_certificate_html("Parity certificate", it.certificate))
     if it.screen and it.overall and it.screen != it.overall:
         parts.append(f"<p class=muted>screen {escape(str(it.screen))}, confirmation {escape(str(it.overall))}</p>")
     if it.divergences:
@@ -140,6 +146,8 @@ def _html(facts: CampaignFacts, result: VerifyResult) -> str:
                                for label, r in _headlines(facts)], {1})]
         if facts.final_images is not None:
             sections.append(f"<p class=muted>{escape(IMAGE_CELLS_NOTE)}</p>")
+        if facts.final_certificate:
+            sections.append(_certificate_html("Parity certificate of the final comparison", facts.final_certificate))
     sections += ["<h2>Environment</h2>", _table(None, _environment(facts))]
     if facts.baseline:
         sections += ["<h2>Stock vLLM (baseline)</h2>",
@@ -192,6 +200,9 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
                     for label, r in _headlines(facts, "overall")), ""]
         if facts.final_images is not None:
             lines += [IMAGE_CELLS_NOTE, ""]
+        if facts.final_certificate:
+            lines += ["Parity certificate of the final comparison:", "",
+                      *(f"- {_md(line)}" for line in facts.final_certificate), ""]
     lines += ["## Environment", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in _environment(facts)), ""]
     lines += [f"## Iterations ({len(facts.iterations)})", "",
               "| iteration | verdict | speedup [interval] | parity | reason |", "|---|---|---|---|---|"]
@@ -201,6 +212,8 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
     for it in facts.iterations:
         lines += ["", f"### Iteration {it.iteration}", "", f"Hypothesis: {_md(it.hypothesis) or '–'}", "",
                   f"Parity: {_md(it.parity) or '–'}", ""]
+        if it.accepted and it.certificate:
+            lines += ["Parity certificate:", "", *(f"- {_md(line)}" for line in it.certificate), ""]
         if it.divergences:
             lines += ["| diverged at | position | reference → candidate token | reference margin (nats) | note |",
                       "|---|---:|---|---:|---|",

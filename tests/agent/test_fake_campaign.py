@@ -90,6 +90,15 @@ def test_a_code_patch_that_breaks_parity_is_rejected_and_one_that_speeds_up_is_k
     assert "SPEED = 1.6" in shown and "BREAKS_PARITY" not in shown
     # the second proposal saw the first's rejection and its reason
     assert proposer.seen[1].history[0].outcome == "parity-broken"
+    # the kept change carries its parity certificate: in its result, its commit's trailer and the summary
+    cert = results[1]["certificate"]
+    assert cert["ok"] and cert["held"]["identical"] == cert["held"]["prompts"] > 0
+    assert cert["tolerance_basis"].endswith("(experiments/results/workload-logprobs.md)")
+    assert f"Ratchet-Parity-Certificate: {cert['line']}" in commits[0].message
+    assert not results[0]["certificate"]["ok"] and results[0]["certificate"]["held"]["mismatches"] > 0
+    summary = (end.log_dir / "summary.md").read_text()
+    assert "Parity certificate:" in summary and f"- tolerance basis: {cert['tolerance_basis']}" in summary
+    assert "Parity certificate of the final comparison:" in summary
 
 
 class SeenBuilds(FakeMeasurements):
