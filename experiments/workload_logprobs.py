@@ -7,7 +7,7 @@ BENCH_DIR is a comparison's `bench/` folder (`ratchet compare`, a campaign's `ru
 requests' generated token ids and top-k logprobs (harness/bench_driver.py). For every (cell, repeat), every
 request of the reference build (the first tag in the folder) is compared with the same request on each other build
 (harness.workload.token_drift): the largest logprob difference before the first divergence, and where the ids
-first differ. Prints per cell and overall: positions compared, the largest drift, its 99.9th percentile over
+first differ. Prints per build and cell, and overall: positions compared, the largest drift, its 99.9th percentile over
 requests, divergences, and each build's requests wrong against the copy task's answers; writes the figures as JSON.
 """
 
@@ -52,7 +52,7 @@ def analyse(bench: Path) -> dict[str, object]:
             continue
         ref = _tokens(bench / f"{runs[(tags[0], cell, repeat)]}.tokens.json")
         cand = _tokens(bench / f"{job}.tokens.json")
-        found = cells.setdefault(cell, {"positions": 0, "drifts": [], "divergences": 0, "wrong": {}})
+        found = cells.setdefault(f"{tag} {cell}", {"positions": 0, "drifts": [], "divergences": 0, "wrong": {}})
         for a, b in zip(ref, cand, strict=True):
             pos, nats, _, _ = token_drift(a, b)
             found["positions"] += len(a.token_ids) if pos is None else pos          # type: ignore[operator]
@@ -81,7 +81,7 @@ def main() -> None:
     for result in results:
         print(result["bench"])
         for cell, s in result["cells"].items():                                     # type: ignore[attr-defined]
-            print(f"  {cell:>12}: {s['requests']} requests, {s['positions']} positions, max drift "
+            print(f"  {cell:>24}: {s['requests']} requests, {s['positions']} positions, max drift "
                   f"{s['max_drift']:.2e}, p99.9 {s['p999_request_drift']:.2e}, {s['divergences']} divergences, "
                   f"wrong {s['wrong']}")
         worst = max((s["max_drift"] for s in result["cells"].values()), default=0.0)  # type: ignore[attr-defined]
