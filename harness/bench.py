@@ -254,6 +254,8 @@ def read_tokens(path: Path, job: BenchJob, num_prompts: int, top_k: int) -> tupl
     out = []
     for index in range(num_prompts):
         entry = requests[index] if index < len(requests) else None
+        if not isinstance(entry, dict):
+            raise BenchmarkFailed(f"{where}: request {index}'s tokens and logprobs were not streamed")
         try:
             ids = tuple(int(t) for t in entry["token_ids"])
             logprobs = tuple(float(v) for v in entry["logprobs"])

@@ -218,6 +218,10 @@ def token_drift(ref: RequestTokens, cand: RequestTokens) -> tuple[int | None, fl
     return None, worst, at, token
 
 
+def _at(ids: list[int], position: int) -> int | None:
+    return ids[position] if position < len(ids) else None
+
+
 def _first_difference(a: list[int], b: list[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
@@ -252,9 +256,8 @@ def _compare_request(tally: _Tally, ref: CellRun, cand: CellRun, index: int, *,
             return
         ids_a, ids_b = encode(a, False), encode(b, False)
         pos = _first_difference(ids_a, ids_b)
-    at_ = lambda ids, i: ids[i] if i < len(ids) else None  # noqa: E731
-    tally.divergences.append(Divergence(ref.job.cell.label, ref.job.repeat, index, pos, at_(ids_a, pos),
-                                        at_(ids_b, pos), reference_margin=margin,
+    tally.divergences.append(Divergence(ref.job.cell.label, ref.job.repeat, index, pos, _at(ids_a, pos),
+                                        _at(ids_b, pos), reference_margin=margin,
                                         candidate_wrong_only=b_wrong and not a_wrong))
     if margin is None and look_up and len(tally.lookups) < MAX_LOOKUPS:
         tally.lookups.append((len(tally.divergences) - 1, encode(ref.prompts[index], True) + ids_a[:pos]))
