@@ -3,10 +3,10 @@ branch, the baseline (parity reference + grid), the final best-vs-baseline compa
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,24 @@ from agent.base import Proposer
 from agent.engine import Event, reopen
 from agent.errors import CampaignError
 from agent.executor import Executor, make_executor, preflight
+from agent.fresh_host import (
+    arrive,
+    check_inputs,
+    check_measurement,
+    check_parity_checkpoint,
+    checkpoint_digest,
+    continuation,
+    measurement_parts,
+    recipe_of,
+    resumed_limits,
+)
 from agent.gatekeeper import Gatekeeper
+from agent.host import HostProbe, probe_host
 from agent.incumbent_profile import profile_incumbent
 from agent.journal import read_journal, verify_for_resume
 from agent.measurements import HARNESS, Measurements
 from agent.opening import file_sha256, new_campaign_id, open_campaign
+from agent.rebuild import open_or_rebuild
 from agent.server_gate import gate_server, parity_server_alongside
 from agent.serving_campaign import Campaign
 from agent.spec import CampaignSpec, SpecError
@@ -34,7 +47,7 @@ from sandbox.factory import resolve as resolve_sandbox
 from sandbox.workspace import Workspace
 
 __all__ = ["CampaignEnd", "Ending", "judge_ending", "start_campaign", "resume_campaign", "new_campaign_id",
-           "check_runnable"]
+           "check_runnable", "checkpoint_digest"]
 
 REFERENCE_FILE = "parity-reference.json"
 
@@ -128,18 +141,10 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
         "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
         "reference_sha256": file_sha256(log_dir / REFERENCE_FILE),
         # the weights the reference was recorded from (a GPU host may train its own parity checkpoint)
-        "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model)})
+        "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model),
+        "parity_checkpoint_recipe": recipe_of(spec.parity.model or spec.server.model)})   # a resume names it
     writer.checkpoint()
     return grid.generations, rows, (grid.startup_s, grid_s)
-
-
-def checkpoint_digest(model: Path) -> dict[str, str]:
-    """sha256 of each weight file of a checkpoint directory (streamed: weights can be gigabytes)."""
-    out = {}
-    for f in sorted(model.resolve().glob("*.safetensors")):
-        with f.open("rb") as fh:
-            out[f.name] = hashlib.file_digest(fh, "sha256").hexdigest()
-    return out
 
 
 def check_checkpoints(spec: CampaignSpec) -> None:
@@ -190,8 +195,9 @@ def with_resolved_sandbox(spec: CampaignSpec, proposer_name: str) -> CampaignSpe
 
 def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, backend: Backend, log_root: Path,
                    workspace_root: Path, on_event: Event = lambda k, d: None,
-                   measure: Measurements = HARNESS) -> CampaignEnd:
-    """A new campaign, to its end. `measure`: the seam every measurement goes through (a fake in unit tests)."""
+                   measure: Measurements = HARNESS, probe: HostProbe = probe_host) -> CampaignEnd:
+    """A new campaign, to its end. `measure`: the seam every measurement goes through (a fake in unit tests);
+    `probe`: what this host is (recorded; a resume compares its own with it)."""
     check_runnable(spec)
     spec = with_resolved_sandbox(spec, proposer.name)
     preflight(spec.executor)
@@ -201,8 +207,9 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
     with open_campaign(spec=spec, spec_path=spec_path, name=spec.name, policy_path=spec.policy, log_root=log_root,
                        workspace_dir=None, workspace_root=workspace_root, package=spec.target.package,
                        source=source, serving=spec.server.engine_args, limits=_limits(spec),
-                       proposer=proposer.name, header={"isolation": isolation},
-                       start=lambda ws: {"isolation": isolation, "measurement_sha256": measurement.sha256}) as opened:
+                       proposer=proposer.name, header={"isolation": isolation}, probe=probe,
+                       start=lambda ws: {"isolation": isolation, "measurement_sha256": measurement.sha256,
+                                         "measurement_parts": measurement_parts(measurement)}) as opened:
         campaign_id, log_dir, writer, ws, branch, gate = (opened.campaign_id, opened.log_dir, opened.writer,
                                                           opened.workspace, opened.branch, opened.gate)
         executor = _executor(spec, writer, measure)   # before the baseline: a cluster that is not there fails fast
@@ -224,24 +231,38 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
         return camp.run_to_end(base_commit=camp.incumbent_ref, branch=branch)
 
 
+# What a serving spec reads from the host (agent/fresh_host.py checks each is there before a resume writes anything)
+SPEC_INPUTS = ("policy", "server.model", "parity.prompts", "parity.visible_prompts", "parity.model", "target.source",
+               "proposer.patches")
+
+
 def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str], Proposer],
                     backend_for: Callable[[CampaignSpec], Backend], on_event: Event = lambda k, d: None,
-                    measure: Measurements = HARNESS) -> CampaignEnd:
+                    measure: Measurements = HARNESS, wall_seconds: float | None = None,
+                    probe: HostProbe = probe_host, checkout: Path | None = None) -> CampaignEnd:
+    """The campaign of `log_dir` from where its log ends, on this host or another like it (agent/fresh_host.py):
+    refused, with nothing written, unless the log verifies and this host has what it needs. `wall_seconds`: what this
+    run may spend from now (a campaign whose loop ended on its wall budget continues with it); `checkout`: where the
+    spec's own checkout is here, when it is not ratchet's."""
     log_dir = log_dir.resolve()
     journal = read_journal(log_dir)
-    if journal.ended:
-        raise CampaignError(f"campaign {journal.campaign} already ended; start a new one with `ratchet run`")
-    spec = CampaignSpec.model_validate(journal.spec)
+    continued = continuation(journal, wall_seconds, log_dir)
+    here = arrive(log_dir, journal.start, journal.spec, campaign=journal.campaign, last_host=journal.host,
+                  spec_path=journal.spec_path, workspace=journal.workspace, probe=probe, checkout=checkout)
+    spec = CampaignSpec.model_validate(here.spec)
     verify_for_resume(log_dir, journal, spec.policy)   # an edited log is refused before anything is done
+    check_inputs(here.spec, SPEC_INPUTS, (here.record or {}).get("moved", {}))
+    check_parity_checkpoint(journal.baseline, spec.parity.model or spec.server.model)
     preflight(spec.executor)
     measurement = measure.digest()
-    if journal.measurement_sha256 and journal.measurement_sha256 != measurement.sha256:
-        raise CampaignError("the measurement path (pristine client, harness, interpreter) differs from when the "
-                            "campaign began: its figures would not be comparable; reinstall the environment the "
-                            "campaign started in, or start a new campaign")
+    check_measurement(journal.start, measurement, same_machine=here.same_machine)
     spec = with_resolved_sandbox(spec, journal.proposer)   # the log's own backend, or fail closed
-    with reopen(log_dir, journal, policy_path=spec.policy, package=spec.target.package, limits=_limits(spec),
-                header={"isolation": isolation_label(spec.sandbox)}) as opened:
+    limits, budget = resumed_limits(_limits(spec), journal, wall_seconds)
+    place = partial(open_or_rebuild, journal, here.workspace, package=spec.target.package,
+                    serving=spec.server.engine_args, source=lambda: workspace_source(spec))
+    with reopen(log_dir, journal, policy_path=spec.policy, package=spec.target.package, limits=limits,
+                header={"isolation": isolation_label(spec.sandbox)}, host=here.record, workspace=place,
+                resume={**budget, **({"continued": True} if continued else {})}) as opened:
         writer, ws, gate = opened.writer, opened.workspace, opened.gate
         backend = backend_for(spec)
         proposer = proposer_for(spec, journal.proposer)
@@ -259,7 +280,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         except BaseException:
             executor.close()
             raise
-        camp = Campaign(spec=spec, spec_path=journal.spec_path, campaign_id=journal.campaign, log_dir=log_dir,
+        camp = Campaign(spec=spec, spec_path=here.spec_path, campaign_id=journal.campaign, log_dir=log_dir,
                         writer=writer, gate=gate, workspace=ws, backend=backend, proposer=proposer,
                         reference=reference, baseline_rows=rows, incumbent_ref=journal.incumbent_ref,
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,7 @@ from agent.base import CampaignState, GiveUp, HistoryEntry, Outcome, Proposal, P
 from agent.errors import BudgetExhausted
 from agent.gatekeeper import Gatekeeper
 from agent.iteration import INTERRUPTED, classify, propose
-from agent.journal import Journal, restore_workspace
+from agent.journal import Journal, ended_on_wall_budget, restore_workspace
 from agent.measurements import HARNESS, Measurements
 from agent.tools import GatedTools
 from audit import AuditError, AuditWriter
@@ -179,9 +179,12 @@ class Engine(ABC, Generic[End]):
             stop = f"budget exhausted: {exc}"
         accepted = [h.iteration for h in self.history if h.outcome == "accepted"]
         fields = self.conclude(base_commit, accepted)
+        # ended_by: a loop that stopped on its wall budget may be continued with a new one (`ratchet resume DIR
+        # --wall-seconds S`): a host booked by the hour ends each booking with a verdict, the next goes on
+        ended = {"ended_by": "wall_seconds"} if ended_on_wall_budget(stop) else {}
         self.writer.append(records.CAMPAIGN_END, payload={
             "stop_reason": stop, "incumbent": self.incumbent_ref, "iterations": len(self.history),
-            "accepted": accepted, "spent": dict(self.gate.spent), **fields})
+            "accepted": accepted, "spent": dict(self.gate.spent), **ended, **fields})
         self.writer.checkpoint()
         return self.ended(stop, branch)
 
@@ -307,20 +310,27 @@ class Reopened:
 
 @contextmanager
 def reopen(log_dir: Path, journal: Journal, *, policy_path: Path, package: str, limits: dict[str, float],
-           header: dict[str, str] | None = None) -> Iterator[Reopened]:
-    """The common part of every resume, once the log has verified (agent/journal.py verify_for_resume): take the
-    log's lock (no campaign runs on it), reap what the killed run left running, reset the workspace to the
-    incumbent (uncommitted work and a commit whose result was never recorded are dropped), rebuild the gate with
-    the spending on record, and record campaign.resume. The writer closes when the block ends."""
+           header: dict[str, str] | None = None, host: Mapping[str, Any] | None = None,
+           workspace: Callable[[], tuple[Workspace, dict[str, Any]]] | None = None,
+           resume: Mapping[str, Any] | None = None) -> Iterator[Reopened]:
+    """The common part of every resume, once the log has verified (agent/journal.py verify_for_resume) and this host
+    has been checked (agent/fresh_host.py): take the log's lock (no campaign runs on it), record the new host
+    (`host`: campaign.host, before anything acts on it), reap what the killed run left running, open the workspace
+    (`workspace`: opened or rebuilt, agent/rebuild.py) and reset it to the incumbent (uncommitted work and a commit
+    whose result was never recorded are dropped), rebuild the gate with the spending on record, and record
+    campaign.resume (with `resume`'s fields). The writer closes when the block ends."""
     policy = load_policy(policy_path)   # a policy that no longer loads fails before the log is touched
     with AuditWriter.open(log_dir, campaign=journal.campaign, header=header) as writer:
+        if host is not None:
+            writer.append(records.CAMPAIGN_HOST, payload=dict(host))
         pids, containers = reap_leftovers(log_dir)   # under the log's lock: never a live campaign's servers
-        ws = Workspace.open(journal.workspace, package)
+        ws, placed = workspace() if workspace else (Workspace.open(journal.workspace, package), {})
         discarded = restore_workspace(ws, journal, log_dir / "runs")
         gate = Gatekeeper(policy=policy, writer=writer, root=ws.root, limits=limits,
                           spent=dict(journal.spent))
         next_iteration = max(journal.last_iteration, journal.open_iteration or 0) + 1
         writer.append(records.CAMPAIGN_RESUME, payload={
             "incumbent": journal.incumbent_ref, "reaped_pids": pids, "reaped_containers": containers,
-            "discarded": discarded, "next_iteration": next_iteration, "interrupted": journal.open_iterations})
+            "discarded": discarded, "next_iteration": next_iteration, "interrupted": journal.open_iterations,
+            **({"workspace": placed} if placed else {}), **(resume or {})})
         yield Reopened(writer=writer, workspace=ws, gate=gate, next_iteration=next_iteration)

@@ -84,9 +84,11 @@ def commit(workspace: Workspace, writer: AuditWriter, *, campaign_id: str, itera
 
 def record_outcome(writer: AuditWriter, history: list[HistoryEntry], on_event: Event, i: int, outcome: Outcome,
                    reason: str, proposal: Proposal | None, *, commit: str | None, parity_ok: bool,
-                   tree: str | None = None, figures: Mapping[str, Any] | None = None) -> HistoryEntry:
+                   tree: str | None = None, commit_object: str | None = None,
+                   figures: Mapping[str, Any] | None = None) -> HistoryEntry:
     """Record an iteration's outcome (`figures`: the target's measured evidence, e.g. speedup, cells, shapes) and
-    append the history entry the next proposals see."""
+    append the history entry the next proposals see. An accepted one's `commit_object` (the raw git object) lets a
+    resume on another host write the branch again with the same hashes (agent/rebuild.py)."""
     payload: dict[str, Any] = {"outcome": outcome, "accepted": outcome == "accepted",
                                "reason": reason[:MAX_HISTORY_DETAIL], "parity_ok": parity_ok, "commit": commit,
                                "hypothesis": proposal.hypothesis if proposal else "",
@@ -94,6 +96,8 @@ def record_outcome(writer: AuditWriter, history: list[HistoryEntry], on_event: E
                                "predicted_speedup": proposal.predicted_speedup if proposal else None}
     if tree:
         payload["tree"] = tree   # replay checks that it rebuilds this exact tree
+    if commit_object:
+        payload["commit_object"] = commit_object
     payload.update(figures or {})
     writer.append(records.ITERATION_RESULT, iteration=i, payload=payload)
     entry = HistoryEntry(iteration=i, hypothesis=payload["hypothesis"], outcome=outcome,

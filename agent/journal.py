@@ -5,6 +5,7 @@ kernel's own steps outside the loop (prelude, final comparison, serving stage) a
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,22 @@ from policies import load_policy, redecider
 from policies.known import known_policies
 from sandbox.workspace import Workspace
 
-__all__ = ["Journal", "read_journal", "restore_workspace", "verify_for_resume"]
+__all__ = ["Committed", "Journal", "read_journal", "restore_workspace", "verify_for_resume", "ended_on_wall_budget"]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """One commit of the campaign branch as the log records it: what a rebuild applies and writes again."""
+
+    label: str              # "prelude", "iteration 3"
+    diff: str               # the patch applied on the commit before it
+    commit: str             # its hash
+    raw: str | None         # its raw git object (None in logs from before it was recorded)
+
+
+def ended_on_wall_budget(stop_reason: str, ended_by: str | None = None) -> bool:
+    """Whether a campaign's loop stopped on its wall budget (campaign.end's `ended_by`; older logs: the reason)."""
+    return ended_by == "wall_seconds" or stop_reason.startswith(("wall-time budget", "budget exhausted: wall_seconds"))
 
 
 @dataclass
@@ -47,6 +63,11 @@ class Journal:
     final: dict[str, Any] | None = None       # kernel: the final.result payload
     final_failed: bool = False                # the final comparison ran and failed (its error is recorded)
     served: dict[str, Any] | None = None      # kernel: the serving.result payload
+    branch_commits: list[Committed] = field(default_factory=list)   # the branch after its base, in order
+    stop_reason: str = ""                     # campaign.end's, when it ended
+    ended_by: str | None = None               # campaign.end's: "wall_seconds" when the wall budget stopped the loop
+    host: dict[str, Any] | None = None        # the last host recorded (campaign.start's, then each campaign.host)
+    wall_limit: float | None = None           # the wall budget the last resume given one metered (spent + given)
 
     @property
     def open_iteration(self) -> int | None:
@@ -69,7 +90,8 @@ def read_journal(directory: Path) -> Journal:
     journal = Journal(campaign=str(start["campaign"]), spec_path=Path(p["spec_path"]), spec=p["spec"],
                       workspace=Path(p["workspace"]), branch=str(p["branch"]), proposer=str(p["proposer"]),
                       base_commit=str(p["base_commit"]), incumbent_ref=str(p["base_commit"]),
-                      measurement_sha256=p.get("measurement_sha256"), target_image=p.get("target_image"), start=p)
+                      measurement_sha256=p.get("measurement_sha256"), target_image=p.get("target_image"), start=p,
+                      host=p.get("host"))
     hypotheses: dict[int, dict[str, Any]] = {}
     patches: dict[int, str] = {}
     for record in log:
@@ -90,6 +112,8 @@ def read_journal(directory: Path) -> Journal:
             journal.prelude = body
             if body.get("kept") and body.get("commit"):
                 journal.incumbent_ref = str(body["commit"])
+                journal.branch_commits.append(Committed("prelude", str(body.get("diff", "")), str(body["commit"]),
+                                                        body.get("commit_object")))
         elif kind == records.FINAL_RESULT:
             journal.final = body
         elif kind == records.ERROR and body.get("phase") == "final":
@@ -114,11 +138,21 @@ def read_journal(directory: Path) -> Journal:
             journal.open_iterations = [o for o in journal.open_iterations if o != it]
             if body.get("accepted"):
                 journal.incumbent_ref = str(body["commit"])
+                journal.branch_commits.append(Committed(f"iteration {it}", patches.get(it, ""), str(body["commit"]),
+                                                        body.get("commit_object")))
                 journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))
         elif kind in (records.BASELINE_PROFILE, records.INCUMBENT_PROFILE):   # the latest is the incumbent's
             journal.profile = str(body.get("text", "")) or None
         elif kind == records.CAMPAIGN_END:
             journal.ended = True
+            journal.stop_reason, journal.ended_by = str(body.get("stop_reason", "")), body.get("ended_by")
+        elif kind == records.CAMPAIGN_HOST:
+            journal.host = body.get("host")
+        elif kind == records.CAMPAIGN_RESUME:
+            if body.get("wall_seconds_limit") is not None:   # a resume given --wall-seconds: its limit holds on
+                journal.wall_limit = float(body["wall_seconds_limit"])
+            if body.get("continued"):   # ended on its wall budget, continued with a new one: it concludes again
+                journal.ended, journal.final, journal.final_failed, journal.served = False, None, False, None
     return journal
 
 
@@ -146,6 +180,9 @@ def restore_workspace(ws: Workspace, journal: Journal, scratch: Path) -> dict[st
     for tree in ws.copies():
         if tree.is_relative_to(scratch.resolve()):
             ws.remove_copy(tree)
+    # trees git no longer lists there: those of a workspace left on another host (the folder was carried here)
+    for marker in (m for depth in ("*", "*/*", "*/*/*") for m in scratch.glob(f"{depth}/.git") if m.is_file()):
+        shutil.rmtree(marker.parent, ignore_errors=True)
     ws.repo.git.checkout("-q", "-f", journal.branch)
     head = ws.head()
     ws.reset(journal.incumbent_ref)

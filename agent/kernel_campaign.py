@@ -229,6 +229,7 @@ class KernelCampaign(Engine[KernelEnd]):
                 f"Ratchet-Campaign: {self.campaign_id}\nRatchet-Prelude: {ab.overall}\n"
                 f"Ratchet-Audit-Seq: {self.writer.next_seq}")
             payload["commit"] = self.incumbent_ref
+            payload["commit_object"] = ws.commit_object(self.incumbent_ref)   # a resume elsewhere writes it again
             self.baseline_tunables = read_tunables((ws.root / self.kernel_file).read_text())
             payload["tunables"] = self.baseline_tunables
         self.writer.append(records.PRELUDE_RESULT, iteration=0, payload=payload)
@@ -434,7 +435,8 @@ class KernelCampaign(Engine[KernelEnd]):
                                        "median_us_B": medians[n]["B"]} for n, ci in ab.shapes.items()})
         record_outcome(self.writer, self.history, self.on_event, i, outcome, reason, proposal, commit=commit,
                        parity_ok=ab.correct if ab else False,
-                       tree=self.workspace.tree_hash(commit) if commit else None, figures=figures)
+                       tree=self.workspace.tree_hash(commit) if commit else None,
+                       commit_object=self.workspace.commit_object(commit) if commit else None, figures=figures)
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit)
 
     def final(self, base_commit: str) -> dict[str, Any] | None:

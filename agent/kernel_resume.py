@@ -2,7 +2,9 @@
 here, as `ratchet replay` hands such a log to agent/kernel_replay.py), from its log alone, after a crash or a kill.
 
 - The log must verify as a killed writer leaves it (agent/journal.py: chained, signed, every decision re-decided;
-  only the records after the last checkpoint may be unsigned), or nothing happens.
+  only the records after the last checkpoint may be unsigned), or nothing happens; on another host, that host must
+  be like the recorded one and have what the spec reads (agent/fresh_host.py), and a missing workspace is rebuilt
+  from the log (agent/rebuild.py).
 - What the log says is the state: the iterations done, the budget spent (the allowed spend records, as the live
   gate counts it), the incumbent (the last accepted commit, else the kept prelude's, else the stock tree), the
   history the proposer sees, and which of the steps outside the loop already ran (baseline, prelude, final
@@ -18,50 +20,66 @@ here, as `ratchet replay` hands such a log to agent/kernel_replay.py), from its 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from agent.base import Proposer
 from agent.engine import Event, reopen
 from agent.errors import CampaignError
+from agent.fresh_host import Arrival, arrive, check_inputs, continuation, resumed_limits
+from agent.host import HostProbe, probe_host
 from agent.journal import Journal, read_journal, verify_for_resume
 from agent.kernel_campaign import KernelCampaign, KernelEnd, Recorded, kernel_limits
 from agent.kernel_serving import load_serving_stage
 from agent.kernel_spec import KernelSpec
 from agent.measurements import HARNESS, Measurements
+from agent.rebuild import open_or_rebuild
 
 __all__ = ["check_resumable", "resume_kernel_campaign"]
 
 
-def check_resumable(log_dir: Path) -> tuple[Journal, KernelSpec]:
-    """The journal and spec of a kernel campaign that can be resumed; else a CampaignError that says why (not a
-    kernel campaign's log, a finished campaign, a log that does not verify, a missing workspace). Writes nothing."""
+# What a kernel spec reads from the host (checked before a resume writes anything)
+SPEC_INPUTS = ("policy", "serving", "target.source", "target.prelude", "proposer.patches")
+
+
+def check_resumable(log_dir: Path, *, wall_seconds: float | None = None, probe: HostProbe = probe_host,
+                    checkout: Path | None = None) -> tuple[Journal, KernelSpec, Arrival]:
+    """The journal and spec of a kernel campaign that can be resumed on this host (agent/fresh_host.py: the signing
+    key, the host, the spec's paths moved under this host's checkouts); else a CampaignError that says why (not a
+    kernel campaign's log, a finished campaign, a log that does not verify, a missing input). Writes nothing."""
     journal = read_journal(log_dir)
     if journal.kind != "kernel":
         raise CampaignError(f"{log_dir} is not a kernel campaign's log (its campaign.start is of kind "
                             f"{journal.kind!r}); `ratchet resume` continues it as a serving campaign")
-    if journal.ended:
-        raise CampaignError(f"campaign {journal.campaign} is finished (its campaign.end is recorded): nothing to "
-                            f"resume; `ratchet audit report {log_dir}` shows it, `ratchet kernel SPEC` starts a new "
-                            "one")
-    spec = KernelSpec.model_validate(journal.spec)
+    continuation(journal, wall_seconds, log_dir)
+    here = arrive(log_dir, journal.start, journal.spec, campaign=journal.campaign, last_host=journal.host,
+                  spec_path=journal.spec_path, workspace=journal.workspace, probe=probe, checkout=checkout)
+    spec = KernelSpec.model_validate(here.spec)
     verify_for_resume(log_dir, journal, spec.policy_file)
-    if not (journal.workspace / ".git").is_dir():
-        raise CampaignError(f"the campaign's workspace {journal.workspace} is missing (its git repository holds the "
-                            f"branch {journal.branch}); restore it there, or start a new campaign with "
-                            "`ratchet kernel SPEC`")
-    return journal, spec
+    check_inputs(here.spec, SPEC_INPUTS, (here.record or {}).get("moved", {}))
+    return journal, spec, here
 
 
 def resume_kernel_campaign(log_dir: Path, *, proposer_for: Callable[[KernelSpec, str], Proposer],
-                           on_event: Event = lambda k, d: None, measure: Measurements = HARNESS) -> KernelEnd:
+                           on_event: Event = lambda k, d: None, measure: Measurements = HARNESS,
+                           wall_seconds: float | None = None, probe: HostProbe = probe_host,
+                           checkout: Path | None = None) -> KernelEnd:
     """`proposer_for(spec, name)`: the proposer the start record names (kernel-search, llm, patches). A log that
-    cannot be resumed is refused before anything is written (`check_resumable`)."""
+    cannot be resumed is refused before anything is written (`check_resumable`). `wall_seconds`: what this run may
+    spend from now (a campaign whose loop ended on its wall budget continues with it)."""
     log_dir = log_dir.resolve()
-    journal, spec = check_resumable(log_dir)
-    serving = load_serving_stage(spec) if journal.served is None else None
+    journal, spec, here = check_resumable(log_dir, wall_seconds=wall_seconds, probe=probe, checkout=checkout)
+    continued = continuation(journal, wall_seconds, log_dir)
+    serving = load_serving_stage(spec) if journal.served is None or continued else None
     proposer = proposer_for(spec, journal.proposer)
-    with reopen(log_dir, journal, policy_path=spec.policy_file, package=spec.target.package,
-                limits=kernel_limits(spec)) as opened:
+    limits, budget = resumed_limits(kernel_limits(spec), journal, wall_seconds)
+    place = partial(open_or_rebuild, journal, here.workspace, package=spec.target.package, serving={},
+                    source=lambda: spec.target.source_dir)
+    with reopen(log_dir, journal, policy_path=spec.policy_file, package=spec.target.package, limits=limits,
+                host=here.record, workspace=place,
+                resume={**budget, **({"continued": True} if continued else {})}) as opened:
+        if continued:   # its conclusion (final comparison, serving stage) runs again after the new loop
+            journal.final, journal.final_failed, journal.served = None, False, None
         prelude = journal.prelude or {}
         camp = KernelCampaign(spec=spec, campaign_id=journal.campaign, log_dir=log_dir, writer=opened.writer,
                               gate=opened.gate, workspace=opened.workspace, proposer=proposer,

@@ -14,6 +14,7 @@ __all__ = ["KINDS", "NOTE_KINDS", "note_kind"]
 CAMPAIGN_START = "campaign.start"        # spec, workspace, branch, base commit, policy, environment, measurement
 CAMPAIGN_RESUME = "campaign.resume"      # the incumbent resumed from, what was reaped, the next iteration
 CAMPAIGN_END = "campaign.end"            # verdict, stop reason, accepted iterations, spent, final figures
+CAMPAIGN_HOST = "campaign.host"          # a resume on another machine: that host, what was carried and moved
 EXECUTOR_START = "executor.start"        # where evaluations run (local, or the Ray cluster's nodes)
 BASELINE_RESULT = "baseline.result"      # the stock grid, the parity reference's file and hash
 BASELINE_PROFILE = "baseline.profile"    # the stock build's top ops (for a proposer that reads profiles)
@@ -44,7 +45,7 @@ def note_kind(name: str) -> str:
     return f"agent.{name}"
 
 
-KINDS = frozenset({CAMPAIGN_START, CAMPAIGN_RESUME, CAMPAIGN_END, EXECUTOR_START, BASELINE_RESULT,
+KINDS = frozenset({CAMPAIGN_START, CAMPAIGN_RESUME, CAMPAIGN_END, CAMPAIGN_HOST, EXECUTOR_START, BASELINE_RESULT,
                    BASELINE_PROFILE, INCUMBENT_PROFILE, ENGINE_DEFAULTS, ACTION, ERROR, ITERATION_HYPOTHESIS,
                    ITERATION_PATCH, ITERATION_PARITY, ITERATION_CONFIRM, ITERATION_RETRY, ITERATION_PORT_RETRY,
                    ITERATION_RESULT, FINAL_RESULT, PRELUDE_RESULT, SERVING_RESULT, KERNEL_EVALUATION,

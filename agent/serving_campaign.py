@@ -575,7 +575,8 @@ class Campaign(Engine["CampaignEnd"]):
                                  "placement": dict(screen_placement or {})}
         record_outcome(self.writer, self.history, self.on_event, i, outcome, reason, proposal, commit=commit,
                        parity_ok=bool(result and result.parity and result.parity.ok),
-                       tree=self.workspace.tree_hash(commit) if commit else None, figures=payload)
+                       tree=self.workspace.tree_hash(commit) if commit else None,
+                       commit_object=self.workspace.commit_object(commit) if commit else None, figures=payload)
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,
                                 placement=dict(placement or {}))
 

@@ -207,6 +207,27 @@ class Workspace:
         self.repo.git.commit("-q", "--allow-empty", "-m", message)
         return self.head()
 
+    def commit_object(self, ref: str = "HEAD") -> str:
+        """The commit's raw git object (tree, parents, author and committer with their dates, message): recorded in
+        the log, it lets another host write the very same commit again (`write_commit`), same hash."""
+        proc = subprocess.run(["git", "cat-file", "commit", self.resolve(ref)], cwd=self.root, capture_output=True,
+                              timeout=60, check=True)   # byte for byte: the hash covers every byte
+        return proc.stdout.decode()
+
+    def write_commit(self, raw: str) -> str:
+        """Write a recorded raw commit object into this repository; return its hash. Its tree must be the tree
+        the index holds now (checked: a commit over any other tree is refused), and its parents must exist."""
+        tree = next((line.split()[1] for line in raw.splitlines() if line.startswith("tree ")), "")
+        staged = self.repo.git.write_tree()
+        if tree != staged:
+            raise WorkspaceError(f"the recorded commit's tree {tree[:12] or '(none)'} is not the tree rebuilt in "
+                                 f"{self.root} ({staged[:12]})")
+        proc = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin"], cwd=self.root,
+                              input=raw.encode(), capture_output=True, timeout=60)
+        if proc.returncode != 0:
+            raise WorkspaceError(f"git hash-object of a recorded commit failed: {proc.stderr.decode().strip()}")
+        return proc.stdout.decode().strip()
+
     def reset(self, ref: str = "HEAD") -> None:
         self.repo.git.reset("-q", "--hard", ref)
         self.repo.git.clean("-q", "-fd")

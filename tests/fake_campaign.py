@@ -2,7 +2,7 @@
 tests/fake_measurements.py. Used in-process by the unit tests, and as a child process by the crash tests:
 
     python -m tests.fake_campaign start SPEC LOG_ROOT WORKSPACES      a campaign to its end
-    python -m tests.fake_campaign resume LOG_DIR                      resume one
+    python -m tests.fake_campaign resume LOG_DIR [--wall-seconds S]   resume one
 
 `--hold-s S` (before the command) keeps each measurement's fake servers up S seconds, so a test can kill what
 runs one mid-A/B (tests/agent/test_ray_campaign.py kills a Ray worker).
@@ -63,11 +63,12 @@ budget: {{max_iterations: {iterations}, wall_seconds: 3600}}
 
 
 def start(spec_path: Path, log_root: Path, workspaces: Path, measure: FakeMeasurements | None = None,
-          proposer: Proposer | None = None) -> CampaignEnd:
+          proposer: Proposer | None = None, **kw: Any) -> CampaignEnd:
+    """`kw`: start_campaign's other arguments (e.g. `probe`, what the host is)."""
     spec = load_spec(spec_path)
     return start_campaign(spec, spec_path, proposer=proposer or SearchProposer(spec.proposer.search),
                           backend=None, log_root=log_root, workspace_root=workspaces,  # type: ignore[arg-type]
-                          measure=measure or FakeMeasurements())
+                          measure=measure or FakeMeasurements(), **kw)
 
 
 def gemma4_patch(line: str) -> str:
@@ -77,12 +78,13 @@ def gemma4_patch(line: str) -> str:
             f" # the fake Gemma 4 path\n-SCALE = 1.0\n+{line}\n")
 
 
-def resume(log_dir: Path, measure: FakeMeasurements | None = None) -> CampaignEnd:
+def resume(log_dir: Path, measure: FakeMeasurements | None = None, **kw: Any) -> CampaignEnd:
+    """`kw`: resume_campaign's other arguments (`wall_seconds`, `probe`, `checkout`)."""
     def proposer_for(spec: CampaignSpec, kind: str) -> SearchProposer:
         return SearchProposer(spec.proposer.search)
 
     return resume_campaign(log_dir, proposer_for=proposer_for, backend_for=lambda spec: None,  # type: ignore[arg-type,return-value]
-                           measure=measure or FakeMeasurements())
+                           measure=measure or FakeMeasurements(), **kw)
 
 
 # The steps a kill can land in: (module, attribute) of what to wrap. The fake's own servers step
@@ -147,7 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     begin = commands.add_parser("start")
     for name in ("spec", "log_root", "workspaces"):
         begin.add_argument(name, type=Path)
-    commands.add_parser("resume").add_argument("log_dir", type=Path)
+    again = commands.add_parser("resume")
+    again.add_argument("log_dir", type=Path)
+    again.add_argument("--wall-seconds", type=float)
     return parser
 
 
@@ -162,7 +166,7 @@ def main(argv: list[str]) -> int:
         if args.command == "start":
             start(args.spec, args.log_root, args.workspaces, measure)
         else:
-            resume(args.log_dir, measure)
+            resume(args.log_dir, measure, wall_seconds=args.wall_seconds)
     finally:
         if os.environ.get("RATCHET_CALL_COUNTS"):
             Path(os.environ["RATCHET_CALL_COUNTS"]).write_text(json.dumps(dict(counts)))

@@ -1,10 +1,13 @@
-"""`ratchet resume DIR`: continue a crashed or killed campaign from its audit log, same campaign id. A kernel
-campaign's log (its start record's kind "kernel") is resumed by agent/kernel_resume.py and ends as `ratchet kernel`
-does (summary, exit codes); a serving campaign's by agent/campaign.py.
+"""`ratchet resume DIR [--wall-seconds S] [--checkout PATH]`: continue a crashed or killed campaign from its audit
+log, same campaign id, on this host or a fresh one like it (agent/fresh_host.py: the signing key carried by
+$RATCHET_AUDIT_KEY, the same accelerator model and software versions; the workspace rebuilt from the log). A campaign
+whose loop ended on its wall budget continues with a new one (`--wall-seconds`). A kernel campaign's log (its start
+record's kind "kernel") is resumed by agent/kernel_resume.py and ends as `ratchet kernel` does (summary, exit codes);
+a serving campaign's by agent/campaign.py.
 
-Exit codes: 2 the folder cannot be resumed (no campaign log, a finished campaign, a missing workspace; a kernel
-campaign's log that does not verify); otherwise those of the campaign's own command (`ratchet run`, `ratchet
-kernel`).
+Exit codes: 2 the folder cannot be resumed here (no campaign log, a finished campaign, a log that does not verify, no
+signing key, another kind of host, a missing input); otherwise those of the campaign's own command (`ratchet run`,
+`ratchet kernel`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--llm-base-url")
     p.add_argument("--llm-model")
     p.add_argument("--out", help="a kernel campaign: write its summary JSON here (and the .md beside it)")
+    p.add_argument("--wall-seconds", type=float, help="the wall time this run may spend from now on (the budget "
+                   "becomes what the log says was spent plus S); a campaign that ended on its wall budget needs it")
+    p.add_argument("--checkout", type=Path, help="where the spec's own checkout is on this host, when the spec did "
+                   "not lie in ratchet's (default: as recorded; paths under ratchet's checkout follow this one)")
     p.set_defaults(func=run)
 
 
@@ -42,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
                 Path(args.dir),
                 proposer_for=lambda spec, kind: make_proposer(spec, kind, base_url=args.llm_base_url,
                                                               model=args.llm_model),
-                backend_for=make_backend, on_event=view)
+                backend_for=make_backend, on_event=view, wall_seconds=args.wall_seconds, checkout=args.checkout)
     except CampaignError as exc:
         err_console.print(f"[red]cannot resume:[/red] {exc}")
         return 2
@@ -56,8 +63,8 @@ def _kernel(args: argparse.Namespace) -> int:
     from agent.commands.kernel import answer_campaign, event, kernel_proposer
     from agent.kernel_resume import check_resumable, resume_kernel_campaign
 
-    _, spec = check_resumable(Path(args.dir).resolve())
+    _, spec, _ = check_resumable(Path(args.dir).resolve(), wall_seconds=args.wall_seconds, checkout=args.checkout)
     return answer_campaign(lambda: resume_kernel_campaign(
-        Path(args.dir), on_event=event,
+        Path(args.dir), on_event=event, wall_seconds=args.wall_seconds, checkout=args.checkout,
         proposer_for=lambda spec, name: kernel_proposer(spec, name, base_url=args.llm_base_url,
                                                         model=args.llm_model)), spec, args.out)

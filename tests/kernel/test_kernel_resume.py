@@ -36,6 +36,7 @@ from agent.iteration import INTERRUPTED
 from agent.kernel_resume import check_resumable, resume_kernel_campaign
 from agent.kernel_spec import load_kernel_spec
 from agent.proposers.kernel_search import KernelSearchProposer
+from agent.rebuild import open_or_rebuild
 from audit import AuditWriter, anchor_path, default_anchor_dir, default_key_path, verify
 from audit.reader import payload_of, read_records
 from policies import load_policy, redecider
@@ -296,11 +297,18 @@ def test_a_log_that_cannot_be_resumed_is_refused_with_why(tmp_path: Path, audit_
     (changed / "log.jsonl").write_text("".join(lines))
     with pytest.raises(CampaignError, match=f"does not verify \\(seq {at}"):
         check_resumable(changed)
-    moved = Path(start["workspace"]).rename(tmp_path / "elsewhere")
-    with pytest.raises(CampaignError, match="workspace .* is missing"):
-        check_resumable(log_dir)
-    moved.rename(start["workspace"])
-    assert check_resumable(log_dir)[0].open_iterations == [1]    # the same log, whole again, can be resumed
+    # a missing workspace is no longer a refusal: the log rebuilds it (agent/rebuild.py), the same base commit
+    Path(start["workspace"]).rename(tmp_path / "elsewhere")
+    journal, spec, here = check_resumable(log_dir)
+    assert journal.open_iterations == [1] and here.workspace == Path(start["workspace"])
+    ws, done = open_or_rebuild(journal, here.workspace, package=spec.target.package, serving={},
+                               source=lambda: spec.target.source_dir)
+    assert done["rebuilt"] and ws.head() == start["base_commit"] and ws.repo.active_branch.name == journal.branch
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a workspace")
+    with pytest.raises(CampaignError, match="holds something else"):
+        open_or_rebuild(journal, tmp_path / "other", package=spec.target.package, serving={},
+                        source=lambda: spec.target.source_dir)
 
 
 @pytest.mark.timeout(300)
