@@ -37,6 +37,9 @@ def _tok(value: float | None) -> str:
 
 
 def _verified(result: VerifyResult) -> str:
+    if result.evidence_problems:   # named on the evidence line below
+        return (f"VERIFICATION FAILED: the log's records hold, the evidence beside it does not (first at seq "
+                f"{result.bad_seq}); key: {result.key_source}")
     if not result.ok:
         return f"LOG VERIFICATION FAILED at seq {result.bad_seq}: {result.reason}"
     return (f"log verified: {result.records:,} records, {result.checkpoints} signed checkpoint(s), "
