@@ -14,6 +14,7 @@ from agent import records
 from agent.base import Proposer
 from agent.engine import Event, reopen
 from agent.errors import CampaignError
+from agent.evidence import bind_step, fresh
 from agent.executor import Executor, make_executor, preflight
 from agent.fresh_host import (
     arrive,
@@ -128,18 +129,21 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
         if parity_server_alongside(spec) else None
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head(),
                   cache_key=ws.content_hash())
-    grid = measure.grid(backend, build, server=server, bench=spec.benchmark, work_dir=log_dir / "runs" / "baseline",
+    # a baseline run again after a resume writes beside what a killed one left (perhaps bound already)
+    work, reference = fresh(log_dir / "runs" / "baseline"), fresh(log_dir / REFERENCE_FILE)
+    grid = measure.grid(backend, build, server=server, bench=spec.benchmark, work_dir=work,
                         cache_dir=log_dir / "cache", parity=spec.parity, parity_port=parity_port,
                         progress=lambda m: on_event("progress", {"message": m}))
-    save_reference(log_dir / REFERENCE_FILE, grid.generations, prompts_path=spec.parity.prompts,
+    save_reference(reference, grid.generations, prompts_path=spec.parity.prompts,
                    meta={"ref": build.ref, "engine_args": build.engine_args})
     rows = grid.table(spec.benchmark.cells())
     grid_s = sum(run.wall_s for run in grid.runs)
+    bind_step(writer, work, step="baseline", iteration=0, extra=(reference.name,))
     writer.append(records.BASELINE_RESULT, iteration=0, payload={
         "cells": rows, "startup_s": grid.startup_s, "grid_s": round(grid_s, 1),
         "evidence": grid.evidence, "ref": build.ref,
-        "engine_args": build.engine_args, "reference_file": REFERENCE_FILE,
-        "reference_sha256": file_sha256(log_dir / REFERENCE_FILE),
+        "engine_args": build.engine_args, "reference_file": reference.name,
+        "reference_sha256": file_sha256(reference),
         # the weights the reference was recorded from (a GPU host may train its own parity checkpoint)
         "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model),
         "parity_checkpoint_recipe": recipe_of(spec.parity.model or spec.server.model)})   # a resume names it
@@ -273,9 +277,10 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                                                    log_dir=log_dir, on_event=on_event, measure=measure)
             else:
                 basis = (float(journal.baseline.get("startup_s") or 0.0), float(journal.baseline.get("grid_s") or 0.0))
-                if file_sha256(log_dir / REFERENCE_FILE) != journal.baseline["reference_sha256"]:
-                    raise CampaignError(f"{log_dir / REFERENCE_FILE} does not match its recorded hash: tampered with")
-                reference = load_reference(log_dir / REFERENCE_FILE, prompts_path=spec.parity.prompts)
+                ref_file = log_dir / str(journal.baseline.get("reference_file") or REFERENCE_FILE)
+                if file_sha256(ref_file) != journal.baseline["reference_sha256"]:
+                    raise CampaignError(f"{ref_file} does not match its recorded hash: tampered with")
+                reference = load_reference(ref_file, prompts_path=spec.parity.prompts)
                 rows = list(journal.baseline["cells"])
         except BaseException:
             executor.close()
@@ -324,7 +329,7 @@ def final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None,
     """Best vs stock: the incumbent measured once more against the baseline, interleaved, at the strong
     repeats (the campaign's verdict rests on it)."""
     camp.on_event("phase", {"phase": "final: best vs baseline"})
-    ws, work = camp.workspace, camp.log_dir / "runs" / "final"
+    ws, work = camp.workspace, fresh(camp.log_dir / "runs" / "final")   # run again after a resume: a new folder
     tree_a = ws.checkout_copy(base_commit, work / "tree-A")
     tree_b = ws.checkout_copy(camp.incumbent_ref, work / "tree-B")
     try:
@@ -344,6 +349,7 @@ def final_comparison(camp: Campaign, base_commit: str) -> tuple[ABResult | None,
                             cache_dir=camp.log_dir / "cache", reference=camp.reference,
                             ports=ports, measurement=camp.measurement,
                             progress=lambda m: camp.on_event("progress", {"message": m}))
+        bind_step(camp.writer, work, step="final", iteration=it)   # the verdict's evidence, before campaign.end
     except Exception as exc:  # recorded, and the ending then says the branch is not shown to be better
         camp.writer.append(records.ERROR, payload={"phase": "final", "type": type(exc).__name__, "message": str(exc)})
         return None, f"{type(exc).__name__}: {str(exc)[:300]}"

@@ -27,6 +27,7 @@ from agent import records
 from agent.base import SHOWN_BUDGETS, CampaignState, HistoryEntry, Outcome, Proposal, Proposer
 from agent.engine import Engine, Event, IterationOutcome, Pending
 from agent.errors import CampaignError
+from agent.evidence import bind_kernel_run, fresh
 from agent.iteration import classify, record_outcome
 from agent.iteration import commit as commit_change
 from agent.kernel_serving import load_serving_stage, serve_best, serving_backend
@@ -140,6 +141,7 @@ class KernelCampaign(Engine[KernelEnd]):
         self.on_event("phase", {"phase": f"{name}: check, time, check ({', '.join(builds)})"})
         result = self.measure.kernel(request, work, timeout_s=s.runner_timeout_s, interpret=s.interpret)
         self._round_evaluations += 1
+        bind_kernel_run(self.writer, work, step=name, iteration=iteration)
         self.writer.append(records.KERNEL_EVALUATION, iteration=iteration, payload={
             "name": name, "seed": request.seed, "result_file": str((work / RESULT).relative_to(self.log_dir)),
             "result_sha256": file_sha256(work / RESULT), "device": result["device"], "roofline": result["roofline"],
@@ -150,7 +152,8 @@ class KernelCampaign(Engine[KernelEnd]):
 
     def baseline(self) -> dict[str, Any]:
         ws = self.workspace
-        result = self.evaluate_builds({"baseline": ws.root}, iteration=0, name="baseline", roofline=True)
+        name = fresh(self.log_dir / "runs" / "baseline").name   # run again after a resume: a new folder
+        result = self.evaluate_builds({"baseline": ws.root}, iteration=0, name=name, roofline=True)
         build = result["builds"]["baseline"]
         bad = {n: sh["builds"]["baseline"] for n, sh in result["shapes"].items() if not sh["builds"]["baseline"]["ok"]}
         if not build.get("loaded") or bad:
@@ -213,7 +216,7 @@ class KernelCampaign(Engine[KernelEnd]):
         ws = self.workspace
         diff = to_unified_diff(ws.root, patch, "diff")
         self.gate.require({"kind": "patch", "diff": diff}, iteration=0)
-        canonical, _, ab = self.patched_ab(0, "prelude", diff)
+        canonical, _, ab = self.patched_ab(0, fresh(self.log_dir / "runs" / "prelude").name, diff)
         regressed = regressed_cells(ab.shapes, self.spec.stats)
         kept = ab.correct and ab.outcome != "quarantined" and not regressed
         reason = ab.reason if not kept and not regressed else (
@@ -441,13 +444,13 @@ class KernelCampaign(Engine[KernelEnd]):
 
     def final(self, base_commit: str) -> dict[str, Any] | None:
         """Baseline vs best, interleaved, with the ceilings measured again in the same run: the before/after."""
-        ws, work = self.workspace, self.log_dir / "runs" / "final"
+        ws, work = self.workspace, fresh(self.log_dir / "runs" / "final")   # run again after a resume: a new folder
         tree_a = ws.checkout_copy(base_commit, work / "tree-baseline")
         tree_b = ws.checkout_copy(self.incumbent_ref, work / "tree-best")
         tunables_before = read_tunables((tree_a / self.kernel_file).read_text())
         try:
             result = self.evaluate_builds({"baseline": tree_a, "best": tree_b}, iteration=self.next_iteration,
-                                   name="final", roofline=True)
+                                   name=work.name, roofline=True)
             ab = compare(result, a="baseline", b="best", stats=self.spec.stats,
                          expected_sha256={"baseline": file_sha256(tree_a / self.kernel_file),
                                           "best": file_sha256(tree_b / self.kernel_file)})

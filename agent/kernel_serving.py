@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import records
+from agent.evidence import bind_step, fresh
 from agent.kernel_spec import KernelSpec
 from agent.measurements import Measurements
 from agent.replay import reduced_grid
@@ -88,7 +89,7 @@ def serve_best(camp: KernelCampaign, base_commit: str, serving: CampaignSpec, ba
     from agent.campaign import judge_ending
 
     camp.on_event("phase", {"phase": "serving: stock vs best, end to end"})
-    work, it = camp.log_dir / "runs" / "serving", camp.next_iteration
+    work, it = fresh(camp.log_dir / "runs" / "serving"), camp.next_iteration   # run again after a resume: a new folder
     result, why = None, ""
     try:
         ports = gate_servers(camp.gate, serving, stage_servers(serving), it)
@@ -96,6 +97,7 @@ def serve_best(camp: KernelCampaign, base_commit: str, serving: CampaignSpec, ba
                            ports=ports, work_dir=work, cache_dir=camp.log_dir / "cache",
                            repeats=serving.benchmark.strong_repeats,
                            progress=lambda m: camp.on_event("phase", {"phase": f"  {m}"}))
+        bind_step(camp.writer, work, step="serving", iteration=it)   # the verdict's evidence, before its record
     except (HarnessError, SandboxError) as exc:   # recorded; the verdict then says the gain is not shown
         camp.writer.append(records.ERROR, iteration=it,
                            payload={"phase": "serving", "type": type(exc).__name__, "message": str(exc)[:4000]})

@@ -4,7 +4,8 @@ serving_campaign.py, kernel_campaign.py, trial.py, tools.py, incumbent_profile.p
 way), so tests/agent/test_records.py checks that every kind audit/ names is one of these.
 
 The strings are the log's format: old logs carry them, so a kind is never renamed, only added. The audit
-writer's own kinds (log.open, checkpoint, recovery) belong to audit/.
+package's own kinds (log.open, checkpoint, recovery, and evidence: the manifests agent/evidence.py writes through
+audit.append_evidence) belong to audit/.
 """
 
 from __future__ import annotations

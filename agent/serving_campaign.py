@@ -29,6 +29,7 @@ from agent.base import SHOWN_BUDGETS, CampaignState, HistoryEntry, Outcome, Prop
 from agent.engine import Engine, IterationOutcome, Pending
 from agent.environment import proposer_context
 from agent.errors import ActionDenied
+from agent.evidence import bind_step
 from agent.executor import EvalJob, EvalOutcome, Executor, LocalExecutor
 from agent.incumbent_profile import profile_incumbent
 from agent.iteration import classify, record_outcome
@@ -365,9 +366,11 @@ class Campaign(Engine["CampaignEnd"]):
         done: dict[int, EvalOutcome] = {}
         pending = jobs
         for attempt in range(2, PORT_ATTEMPTS + 2):
-            for o in self.executor.run(pending, on_retry=self._record_retry,
-                                       progress=lambda msg: self.on_event("progress", {"message": msg})):
+            outcomes = self.executor.run(pending, on_retry=self._record_retry,
+                                         progress=lambda msg: self.on_event("progress", {"message": msg}))
+            for o in outcomes:
                 done[o.iteration] = o
+            self._bind(pending, outcomes)
             lost = [job for job in pending if isinstance(done[job.iteration].error, PortInUse)]
             if not lost or attempt > PORT_ATTEMPTS:
                 break
@@ -387,6 +390,25 @@ class Campaign(Engine["CampaignEnd"]):
             if not pending:
                 break
         return [done[job.iteration] for job in jobs]
+
+    def _bind(self, jobs: list[EvalJob], outcomes: list[EvalOutcome]) -> None:
+        """The evidence of every evaluation that measured something, one record per folder (a round's candidates
+        screened together share theirs), before any record judges it. A failed evaluation's files are not bound:
+        its outcome is its error, and what it left may still be written by processes a lost worker left behind."""
+        folders: dict[Path, list[int]] = {}
+        purpose: dict[Path, str] = {}
+        by_iteration = {job.iteration: job for job in jobs}
+        for o in outcomes:
+            job = by_iteration[o.iteration]
+            if o.result is None:
+                continue
+            where = o.placement.get("comparison_dir")
+            folder = Path(where) if where else replace(job, attempt=int(o.placement.get("attempt") or
+                                                                            job.attempt)).attempt_dir
+            folders.setdefault(folder, []).append(job.iteration)
+            purpose[folder] = job.purpose
+        for folder, iterations in folders.items():
+            bind_step(self.writer, folder, step=purpose[folder], iteration=iterations[0], iterations=iterations)
 
     def _record_retry(self, job: EvalJob, exc: BaseException) -> None:
         self.writer.append(records.ITERATION_RETRY, iteration=job.iteration, payload={

@@ -6,13 +6,15 @@ Public API (see audit/README.md):
         .append(kind, *, payload, iteration, action_id, decision, rule, policy_sha256) -> Appended
         .checkpoint() -> Appended; .close(checkpoint=True)
     verify(dir, *, pubkey=None, redecide=None, anchor=None, expect_seq=None, open_tail=False) -> VerifyResult
+    append_evidence(writer, paths, *, step, iteration=None, **fields) -> Appended | None
     show(dir); write_report(dir) -> (report.html, summary.md)
 """
 
 from __future__ import annotations
 
 from audit.base import Anchor, Appended, Redecide, VerifyResult
-from audit.errors import AuditError, AuditKeyError, AuditWriteError, LogFormatError, LogLockedError
+from audit.errors import AuditError, AuditKeyError, AuditWriteError, EvidenceError, LogFormatError, LogLockedError
+from audit.evidence import append_evidence
 from audit.keys import anchor_path, default_anchor_dir, default_key_path
 from audit.report import write_report
 from audit.show import show
@@ -26,11 +28,13 @@ __all__ = [
     "AuditKeyError",
     "AuditWriteError",
     "AuditWriter",
+    "EvidenceError",
     "LogFormatError",
     "LogLockedError",
     "Redecide",
     "VerifyResult",
     "anchor_path",
+    "append_evidence",
     "default_anchor_dir",
     "default_key_path",
     "show",

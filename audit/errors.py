@@ -4,14 +4,15 @@
     ├── AuditWriteError     an append/fsync/blob write failed: the campaign must stop
     ├── LogLockedError      another writer holds <dir>/log.lock
     ├── LogFormatError      an existing log cannot be continued (wrong campaign, broken head)
-    └── AuditKeyError       the signing key or a public key is missing, unsafe or mismatched
+    ├── AuditKeyError       the signing key or a public key is missing, unsafe or mismatched
+    └── EvidenceError       a file cannot be bound as evidence (unsafe path, symlink, not a regular file, missing)
 
 `verify()` does not raise for a bad log: it returns a VerifyResult naming the first bad seq.
 """
 
 from __future__ import annotations
 
-__all__ = ["AuditError", "AuditKeyError", "AuditWriteError", "LogFormatError", "LogLockedError"]
+__all__ = ["AuditError", "AuditKeyError", "AuditWriteError", "EvidenceError", "LogFormatError", "LogLockedError"]
 
 
 class AuditError(Exception):
@@ -32,3 +33,8 @@ class LogFormatError(AuditError):
 
 class AuditKeyError(AuditError):
     """A signing or verification key is missing, unsafe, or does not match the log."""
+
+
+class EvidenceError(AuditError):
+    """A file cannot be bound to the log as evidence: its path is unsafe, it is (or passes through) a symlink, it is
+    not a regular file, or it is not there."""

@@ -2,7 +2,8 @@
 
 The run holds the campaign's params (spec, proposer, stock engine args, versions), per-iteration metrics (step =
 iteration: the speedup and its interval, accepted, parity), the final best-vs-stock table, and as artifacts the
-audit log itself, its public key, the report and every accepted diff. Only a log that verifies is exported (the
+audit log itself, its public key, the evidence files it binds (raw benchmark results, prompts, server logs, the parity
+reference), the report and every accepted diff. Only a log that verifies is exported (the
 tags say against which key): MLflow is a place to look, the log stays the evidence.
 
 MLflow is an optional extra (`pip install 'ratchet[mlflow]'`); any tracking URI MLflow takes works (a local
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.base import VerifyResult
+from audit.evidence import bound_paths
 from audit.facts import CampaignFacts, campaign_facts
 
 __all__ = ["ExportError", "export_mlflow"]
@@ -130,6 +132,11 @@ def export_mlflow(directory: Path, *, verification: VerifyResult, tracking_uri: 
                 client.log_artifact(run_id, str(directory / name), artifact_path="audit")
         if (directory / "blobs").is_dir():
             client.log_artifacts(run_id, str(directory / "blobs"), artifact_path="audit/blobs")
+        for rel in bound_paths(directory):   # the evidence files the log binds: verify checks them there too
+            if rel not in _ARTIFACTS:
+                parent = Path(rel).parent.as_posix()
+                client.log_artifact(run_id, str(directory / rel),
+                                    artifact_path="audit" if parent == "." else f"audit/{parent}")
         for name in ("report.html", "summary.md"):
             source = (report_dir or directory) / name
             if source.is_file():

@@ -37,10 +37,27 @@ def _tok(value: float | None) -> str:
 
 
 def _verified(result: VerifyResult) -> str:
+    if result.evidence_problems:   # named on the evidence line below
+        return (f"VERIFICATION FAILED: the log's records hold, the evidence beside it does not (first at seq "
+                f"{result.bad_seq}); key: {result.key_source}")
     if not result.ok:
         return f"LOG VERIFICATION FAILED at seq {result.bad_seq}: {result.reason}"
     return (f"log verified: {result.records:,} records, {result.checkpoints} signed checkpoint(s), "
             f"key: {result.key_source}")
+
+
+def _evidence(result: VerifyResult) -> str:
+    """Whether the files beside the log (raw results, prompts, server logs, the parity reference) are as bound."""
+    if result.evidence_problems:
+        shown = "; ".join(result.evidence_problems[:5])
+        more = f"; and {len(result.evidence_problems) - 5} more" if len(result.evidence_problems) > 5 else ""
+        return f"EVIDENCE MISSING OR CHANGED ({len(result.evidence_problems)} file(s)): {shown}{more}"
+    if not result.ok:
+        return "evidence: not checked (the log itself did not verify)"
+    if not result.evidence_records:
+        return "evidence: none bound to this log (written before evidence records): the files beside it are not checked"
+    return (f"evidence verified: {result.evidence_files:,} files beside the log (raw benchmark results, prompts, "
+            "server logs, parity reference) are as the log bound them")
 
 
 def _best_vs_stock(facts: CampaignFacts) -> str:
@@ -61,6 +78,7 @@ def headline(facts: CampaignFacts, result: VerifyResult) -> list[str]:
         f"Verdict: {verdict}",
         _best_vs_stock(facts),
         _verified(result),
+        _evidence(result),
     ]
 
 
@@ -130,7 +148,7 @@ def _iteration_html(it: IterationFacts) -> str:
 def _html(facts: CampaignFacts, result: VerifyResult) -> str:
     head = headline(facts, result)
     # the verdict in words is the line to read; a log that does not verify is shouted
-    box = "".join(f"<p class='{'bad' if i == 3 and not result.ok else ''}'>"
+    box = "".join(f"<p class='{'bad' if i in (3, 4) and not result.ok else ''}'>"
                   + (f"<strong style='font-size:1.15em'>{escape(line)}</strong>" if i == 1 else escape(line)) + "</p>"
                   for i, line in enumerate(head))
     sections = [

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = [
     "CAMPAIGN_ID",
     "CheckpointPayload",
+    "EvidencePayload",
     "IterationResult",
     "LogRecord",
     "RecoveryPayload",
@@ -66,6 +67,21 @@ class RecoveryPayload(_Strict):
     torn_offset: int = Field(ge=0)  # byte offset in log.jsonl where the torn bytes began
     torn_size: int = Field(ge=1)
     torn_sha256: Hex64
+
+
+class EvidenceFile(_Strict):
+    sha256: Hex64
+    size: int = Field(ge=0)
+
+
+class EvidencePayload(BaseModel):
+    """kind=evidence: one step's files beside the log (paths relative to its folder), by sha256 and size. Extra keys
+    (which iterations, which folder) are the writer's and allowed."""
+
+    model_config = ConfigDict(strict=True, extra="allow", frozen=True)
+
+    step: str
+    files: dict[str, EvidenceFile]
 
 
 class IterationResult(BaseModel):

@@ -1,5 +1,7 @@
 """`verify(dir)`: canonical lines, seq from 0 without gaps, prev links, signatures, tail coverage,
-blobs, re-decisions, and (with an anchor or --expect-seq) truncation of whole checkpoints.
+blobs, re-decisions, (with an anchor or --expect-seq) truncation of whole checkpoints, and then every file an
+`evidence` record bound (audit/evidence.py): still there, still a regular file reached through no symlink, and
+with the sha256 and size it was bound with.
 
 What cannot be detected without an external anchor: cutting the log right after an earlier
 checkpoint (removing every later record *and* the later checkpoints) leaves a valid, signed prefix.
@@ -16,22 +18,29 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
-from audit.base import KIND_CHECKPOINT, KIND_RECOVERY, Anchor, Redecide, VerifyResult
+from audit.base import KIND_CHECKPOINT, KIND_EVIDENCE, KIND_RECOVERY, Anchor, Redecide, VerifyResult
 from audit.blobs import blob_path, check_blob
 from audit.canon import genesis, parse_line, sha256_hex
 from audit.errors import AuditKeyError
+from audit.evidence import evidence_problems, path_problem
 from audit.keys import PUBKEY_NAME, key_id, load_public_key, read_anchor, signed_message, verify_signature
-from audit.schema import CheckpointPayload, LogRecord, RecoveryPayload
+from audit.schema import CheckpointPayload, EvidencePayload, LogRecord, RecoveryPayload
 from audit.writer import LOG_NAME
 
-__all__ = ["verify"]
+__all__ = ["NO_EVIDENCE_NOTE", "verify"]
+
+NO_EVIDENCE_NOTE = (
+    "no evidence bound: the log has no evidence records (written before they existed), so the files beside it "
+    "(raw benchmark results, prompts, server logs, the parity reference) are not checked"
+)
 
 
 class _Bad(Exception):
-    def __init__(self, seq: int | None, reason: str) -> None:
+    def __init__(self, seq: int | None, reason: str, *, evidence: tuple[str, ...] = ()) -> None:
         super().__init__(reason)
         self.seq = seq
         self.reason = reason
+        self.evidence = evidence  # every evidence file that differs, when that is the problem
 
 
 def _lines(data: bytes) -> Iterator[bytes]:
@@ -66,6 +75,33 @@ def _check_recovery(directory: Path, record: LogRecord) -> None:
     path = directory / body.torn_file
     if path.name != body.torn_file or not path.is_file() or sha256_hex(path.read_bytes()) != body.torn_sha256:
         raise _Bad(record.seq, f"torn tail {body.torn_file} is missing or changed")
+
+
+def _evidence(directory: Path, record: LogRecord) -> EvidencePayload:
+    """An evidence record's manifest, its paths checked (the files themselves are checked once the log is)."""
+    body = record.payload
+    if record.payload_sha256 is not None:  # already checked against its digest
+        body = json.loads(blob_path(directory, record.payload_sha256).read_bytes())
+    try:
+        manifest = EvidencePayload.model_validate(body)
+    except ValidationError as error:
+        raise _Bad(record.seq, f"evidence payload malformed: {error.errors()[0]['msg']}") from None
+    for rel in manifest.files:
+        problem = path_problem(rel)
+        if problem:
+            raise _Bad(record.seq, f"evidence path {rel!r} {problem}")
+    return manifest
+
+
+def _check_evidence(directory: Path, manifests: list[tuple[int, EvidencePayload]]) -> tuple[int, list[tuple[int, str]]]:
+    """Every bound file as its manifest says, in log order: (distinct files checked, [(seq, problem)] for each one
+    that is not). All of them, not only the first: the report names every file that differs."""
+    problems: list[tuple[int, str]] = []
+    for seq, manifest in manifests:
+        files = {rel: entry.model_dump() for rel, entry in manifest.files.items()}
+        problems += [(seq, f"{text}; bound by record {seq} (step {manifest.step})")
+                     for text in evidence_problems(directory, files)]
+    return len({rel for _, manifest in manifests for rel in manifest.files}), problems
 
 
 def _check_record(directory: Path, raw: bytes, index: int, campaign: str | None) -> LogRecord:
@@ -127,10 +163,11 @@ def _load_key(directory: Path, pubkey: Path | None) -> tuple[Ed25519PublicKey, s
 
 def _walk(
     directory: Path, data: bytes, key: Ed25519PublicKey, redecide: Redecide | None, *, open_tail: bool
-) -> tuple[str, list[str], int]:
+) -> tuple[str, list[str], int, list[tuple[int, EvidencePayload]]]:
     campaign: str | None = None
     hashes: list[str] = []
     checkpoints = 0
+    manifests: list[tuple[int, EvidencePayload]] = []
     record: LogRecord | None = None
     for index, raw in enumerate(_lines(data)):
         record = _check_record(directory, raw, index, campaign)
@@ -148,6 +185,8 @@ def _walk(
             checkpoints += 1
         elif record.kind == KIND_RECOVERY:
             _check_recovery(directory, record)
+        elif record.kind == KIND_EVIDENCE:
+            manifests.append((record.seq, _evidence(directory, record)))
         if redecide is not None:
             _redecide(directory, redecide, raw, record)
         hashes.append(sha256_hex(raw))
@@ -155,7 +194,7 @@ def _walk(
         raise _Bad(None, f"{directory / LOG_NAME} holds no records")
     if record.kind != KIND_CHECKPOINT and not open_tail:
         raise _Bad(record.seq, "tail not covered by a checkpoint: possible truncation")
-    return campaign, hashes, checkpoints
+    return campaign, hashes, checkpoints, manifests
 
 
 def verify(
@@ -187,22 +226,31 @@ def verify(
     try:
         if complete < len(data) and not open_tail:
             raise _Bad(count, "last line is torn (no newline); open the log with the writer to recover it")
-        campaign, hashes, checkpoints = _walk(directory, data[:complete], key, redecide, open_tail=open_tail)
+        campaign, hashes, checkpoints, manifests = _walk(
+            directory, data[:complete], key, redecide, open_tail=open_tail
+        )
         if anchor is not None:
             _check_anchor(read_anchor(anchor), hashes, campaign, key)
         if expect_seq is not None and len(hashes) - 1 < expect_seq:
             raise _Bad(
                 len(hashes), f"log ends at seq {len(hashes) - 1}, expected at least {expect_seq}: truncated"
             )
+        # the log first: a changed manifest is reported as its changed record
+        evidence_files, problems = _check_evidence(directory, manifests)
+        if problems:
+            raise _Bad(problems[0][0], problems[0][1], evidence=tuple(text for _, text in problems))
     except _Bad as bad:
-        return VerifyResult(ok=False, records=count, bad_seq=bad.seq, reason=bad.reason, key_source=source)
+        return VerifyResult(ok=False, records=count, bad_seq=bad.seq, reason=bad.reason, key_source=source,
+                            evidence_problems=bad.evidence)
     except AuditKeyError as error:
         return VerifyResult(ok=False, records=count, reason=str(error), key_source=source)
-    notes = (
+    notes: tuple[str, ...] = (
         ()
         if anchor is not None or expect_seq is not None
         else ("no anchor/expect-seq given: a cut after an earlier checkpoint cannot be detected",)
     )
+    if not manifests:
+        notes += (NO_EVIDENCE_NOTE,)
     return VerifyResult(
         ok=True,
         records=len(hashes),
@@ -210,4 +258,6 @@ def verify(
         checkpoints=checkpoints,
         key_source=source,
         notes=notes,
+        evidence_files=evidence_files,
+        evidence_records=len(manifests),
     )

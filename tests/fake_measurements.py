@@ -6,6 +6,9 @@ What it measures is read off the build, so a patch changes it the way a real one
   pictures) are further times y when it has a line `IMAGE_SPEED = y` (a change to the image path);
 - parity: each held prompt "generates" its own first `max_tokens` ids; a gemma4.py that mentions
   BREAKS_PARITY flips one token of every third prompt (a real divergence, judged by harness.parity.compare).
+Like the harness, it leaves a step's files for a reviewer where the harness would (a server log per build; under
+bench/ for an A/B, bench-<tag>/ for a grid: job*.json raw results, prompt files, client.log, timings.jsonl), so the
+campaign binds them as evidence (agent/evidence.py) and a test can edit them.
 Each "server" is a real process (`sleep`) in the server folder the harness would make for that log
 (sandbox.local.server_cwd), so a campaign killed mid-measurement leaves something for `resume` to reap.
 It is plain data, so a Ray task carries it to a worker (agent/executor.py), whose "servers" are then processes
@@ -14,6 +17,7 @@ on that worker's host; `hold_s` keeps each step's servers up that long, for a te
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -25,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.bench import BenchJob, BenchResult, CellRun
+from harness.bench import TIMINGS_FILE, BenchJob, BenchResult, CellRun, dataset_path
 from harness.config import BenchmarkConfig, Cell, ParityConfig
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build, GridResult, grid_ratios, split_headlines
@@ -101,6 +105,20 @@ def _runs(build: Build, cells: list[Cell], bench: BenchmarkConfig, work_dir: Pat
     return runs
 
 
+def _write_bench(folder: Path, runs: list[CellRun]) -> None:
+    """What the harness's client leaves for a reviewer (harness.bench.run_jobs): one raw result per run
+    (job0000.json, ...), the prompt file of each cell and repeat, the client's log and its timings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "client.log", "a") as log, open(folder / TIMINGS_FILE, "a") as timings:
+        for index, run in enumerate(runs):
+            name = f"job{index:04d}.json"
+            (folder / name).write_text(run.result.model_dump_json())
+            dataset_path(run.job, folder).write_text(json.dumps({"prompt": f"fake {run.job.cell.label}"}) + "\n")
+            log.write(f"RATCHET_JOB_DONE {index}\n")
+            timings.write(json.dumps({"job": name, "tag": run.job.tag, "cell": run.job.cell.label,
+                                      "repeat": run.job.repeat}) + "\n")
+
+
 class FakeMeasurements:
     def __init__(self, hold_s: float = 0.0, startup_s: float = 0.1, run_s: float = 0.01) -> None:
         self.calls: list[str] = []
@@ -117,6 +135,8 @@ class FakeMeasurements:
     @contextmanager
     def _servers(self, work_dir: Path, builds: tuple[Build, ...], step: str) -> Iterator[None]:
         # no inherited pipes: a killed campaign's leftover "servers" must not hold its caller's stdout open
+        for b in builds:   # what a server writes to its log (the harness binds it as evidence)
+            (work_dir / f"server-{b.tag}.log").write_text(f"fake server {b.tag} of {b.ref}\n")
         procs = [subprocess.Popen(["sleep", "600"], cwd=server_cwd(work_dir / f"server-{b.tag}.log"),
                                   start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL) for b in builds]
@@ -134,8 +154,9 @@ class FakeMeasurements:
         self.calls.append("grid")
         work_dir.mkdir(parents=True, exist_ok=True)
         with self._servers(work_dir, (build,), "grid"):
-            return GridResult(build=build, startup_s=self.startup_s, evidence={"fake": True},
-                              runs=_runs(build, bench.cells(), bench, work_dir, self.run_s),
+            runs = _runs(build, bench.cells(), bench, work_dir, self.run_s)
+            _write_bench(work_dir / f"bench-{build.tag}", runs)
+            return GridResult(build=build, startup_s=self.startup_s, evidence={"fake": True}, runs=runs,
                               generations=generations(build, parity) if parity else [])
 
     def ab(self, backend: Any, a: Build, b: Build, **kw: Any) -> ABResult:
@@ -173,6 +194,7 @@ class FakeMeasurements:
                     overall, images = split_headlines(ga, gb, cells, stats_cfg)
                     out[b.tag] = ABResult(a=ga, b=gb, parity=reports.get(b.tag), cells=cell_cis, overall=overall,
                                           images=images)
+                _write_bench(work_dir / "bench", [*ga.runs, *(run for b in measured for run in out[b.tag].b.runs)])
         return [out[b.tag] for b in bs]
 
     def profile(self, backend: Any, *, engine_args: Mapping[str, object], cell: Cell, work_dir: Path,

@@ -148,6 +148,9 @@ def test_a_parallel_campaign_survives_a_killed_worker_and_its_log_verifies(tmp_p
     assert [r["iteration"] for r in records if r["kind"] == "iteration.result"] == [1, 2]
     screened = results[killed_it].get("screen", {}).get("placement") or results[killed_it]["placement"]
     assert screened["attempt"] == 2                                              # the retry measured it
+    bound = [payload_of(log_dir, r) for r in records if r["kind"] == "evidence"
+             and killed_it in payload_of(log_dir, r).get("iterations", ())]
+    assert bound[0]["folder"] == f"runs/it{killed_it:03d}/retry1"                 # its files, not the dead attempt's
     assert results[killed_it]["outcome"] in ("accepted", "rejected"), results[killed_it]["reason"]
     assert all(results[i]["placement"]["executor"] == "ray" and results[i]["placement"]["node_id"] for i in (1, 2))
     # Both points beat the incumbent (max_num_seqs 4: 1.5x, 8: 2.0x against 1); only one may become the new one,

@@ -82,6 +82,10 @@ def test_a_faster_tunable_is_found_checked_committed_logged_and_summarised(tmp_p
     payloads = [(r["kind"], payload_of(log_dir, r)) for r in read_records(log_dir)]
     evaluations = {p["name"]: p["order"] for kind, p in payloads if kind == "kernel.evaluation"}
     assert evaluations["it001"] == ["A", "B"] and evaluations["it001-confirm"] == ["B", "A"]
+    # each runner's request, result and log are bound to the log before the evaluation that reads them
+    steps = {p["step"]: sorted(p["files"]) for kind, p in payloads if kind == "evidence"}
+    assert steps["final"] == ["runs/final/request.json", "runs/final/result.json", "runs/final/runner.log"]
+    assert {"baseline", "it001", "it001-confirm"} <= set(steps) and checked.evidence_files >= 12
     (accepted,) = [p for kind, p in payloads if kind == "iteration.result" and p["accepted"]]
     assert accepted["reason"].startswith("confirmed: ") and "(screen: " in accepted["reason"]
     assert accepted["screen"]["ci_low"] > 1.02 and accepted["ci_low"] > 1.02
