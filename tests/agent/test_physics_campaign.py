@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent.base import GiveUp, Proposal
+from agent.campaign import CampaignEnd
 from audit.reader import payload_of, read_records
 from audit.verify import verify
 from harness.ceilings import Ceilings
@@ -40,12 +43,20 @@ def _results(log_dir: Path) -> list[dict[str, object]]:
     return [payload_of(log_dir, r) for r in read_records(log_dir) if r["kind"] == "iteration.result"]
 
 
-def test_a_candidate_faster_than_the_hosts_roofline_is_quarantined_and_never_accepted(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def quarantined(tmp_path_factory: pytest.TempPathFactory) -> tuple[CampaignEnd, FakeMeasurements]:
     """Stock at 60 % of the floor's matmul rate; a patch that makes every cell 2x faster would need 120 %."""
+    tmp_path = tmp_path_factory.mktemp("physics")
     proposer = FakeProposer([Proposal("skip half the work", gemma4_patch("SPEED = 2.0"), predicted_speedup=2.0,
                                       source="fake:1")], when_done=GiveUp("nothing left"))
     measure = FakeMeasurements(ceilings=_ceilings_for_stock_at(0.6))
     end = start(write_target(tmp_path, iterations=1), tmp_path / "logs", tmp_path / "ws", measure, proposer=proposer)
+    return end, measure
+
+
+def test_a_candidate_faster_than_the_hosts_roofline_is_quarantined_and_never_accepted(
+        quarantined: tuple[CampaignEnd, FakeMeasurements]) -> None:
+    end, measure = quarantined
     results = _results(end.log_dir)
     assert [r["outcome"] for r in results] == ["quarantined"], results
     assert str(results[0]["reason"]).startswith("impossible: in8/out4 took")   # its most demanding cell
@@ -57,6 +68,26 @@ def test_a_candidate_faster_than_the_hosts_roofline_is_quarantined_and_never_acc
     assert all(not row["roofline"]["impossible"] and 0.1 < row["roofline"]["roofline"] <= 0.6
                for row in baseline["cells"])
     assert verify(end.log_dir).ok
+
+
+def test_the_report_and_the_mlflow_run_place_every_cell_on_the_roofline(
+        quarantined: tuple[CampaignEnd, FakeMeasurements], tmp_path: Path) -> None:
+    import mlflow
+
+    from agent.cli import main
+
+    end, _ = quarantined
+    summary = (end.log_dir / "summary.md").read_text()
+    assert "## Roofline" in summary and "Ceilings: " in summary and "| in8/out4 |" in summary.split("## Roofline")[1]
+    html = (end.log_dir / "report.html").read_text()
+    assert "The candidate on the roofline" in html and "IMPOSSIBLE" in html
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["export", "mlflow", str(end.log_dir), "--tracking-uri", uri, "--no-anchor"]) == 0
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("ratchet").experiment_id])
+    assert 0.1 < run.data.metrics["stock/in8/out4/roofline"] <= 0.6 and run.data.metrics["stock/in8/out4/mfu"] > 0
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "cell/in8/out4/impossible")] == [1.0]
+    assert run.data.params["ceilings"].endswith("test")
 
 
 def test_a_host_without_ceilings_runs_its_campaign_and_says_why_there_is_no_physical_check(tmp_path: Path) -> None:
