@@ -176,13 +176,13 @@ def _page(*, cpu: Ceilings, h200: Ceilings, h200_n: int, tiny_rows: list[dict[st
         *roofline_table(tiny_rows, cpu_bench),
         "",
         "The tiny model's weights (4 MB in float32) fit in this CPU's caches, so only its arithmetic sets a floor. "
-        "The CPU's ceilings are one thread's rates times the server's threads: on this shared 2-core host (load "
-        "average about 10 while these ran) a two-thread product waits for its other thread whenever the scheduler "
-        "runs something else (21 GFLOP/s on two threads against 99 on one, seen here), and the impossibility check "
-        "must not rest on a rate the host was too busy to show. The grid itself was measured under load at another "
-        "time, so MFU (against the median) is indicative; the check uses the fastest sample, and every cell is far "
-        "below it. Short prompts spend most of their time outside matrix products (scheduling, sampling, the HTTP "
-        "server); the 1,024-token prefill comes closest.",
+        "The CPU's ceilings are one thread's fastest sample times the server's threads: on this shared 2-core host "
+        "(load average about 10 while these ran) a two-thread product waits for its other thread whenever the "
+        "scheduler runs something else (21 GFLOP/s on two threads against 99 on one, seen here), and the median "
+        "moves with the neighbours; the impossibility check must not rest on a rate the host was too busy to show. "
+        "The grid itself was measured under load at another time, so these fractions are lower bounds on what the "
+        "cores reached. Short prompts spend most of their time outside matrix products (scheduling, sampling, the "
+        "HTTP server); the 1,024-token prefill comes closest.",
         "",
         "## H200 stock grid (Gemma 4 E2B, bf16, vLLM 0.26): `h200-e2b-stock-grid.json`",
         "",
