@@ -10,8 +10,11 @@ makes a possible result impossible; on a GPU, fractions (MFU, bandwidth utilisat
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import subprocess
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -140,7 +143,8 @@ def measure_ceilings(*, device: str, dtype: str, threads: int | None = None) -> 
     if device == "cuda":
         if not torch.cuda.is_available():
             raise CeilingsUnavailable("no CUDA device visible to this process: the GPU's ceilings are not measured "
-                                      "(a GPU the sandbox alone sees: pass a datasheet name instead)")
+                                      "(for a GPU only the sandbox sees, `ratchet claim --hardware NAME --results "
+                                      "FILE` checks a measured grid against its datasheet)")
         dev = torch.device("cuda")
         r = measure_roofline(RooflineConfig(), make_timer(dev, flush_l2=False, hide_launch=False), device=dev,
                              dtype=torch_dtype)
@@ -188,9 +192,11 @@ def server_threads(env: dict[str, str]) -> int | None:
     return count or None
 
 
-def served_ceilings(server: ServerConfig, *, hardware: str) -> Ceilings:
+def served_ceilings(server: ServerConfig, *, hardware: str, timeout_s: float = 300.0) -> Ceilings:
     """This host's ceilings for a served configuration: at its dtype ("auto": the checkpoint's, else bfloat16), on
-    the GPU or with the CPU threads its server computes with. Measured once, at a campaign's or measure's start."""
+    the GPU or with the CPU threads its server computes with. Measured once, at a campaign's or measure's start, in a
+    child process: a CUDA context (and the allocator's cached gigabytes) must not stay in the campaign's process
+    beside the servers it starts."""
     dtype = str(server.engine_args.get("dtype") or "auto")
     if dtype == "auto":
         try:
@@ -199,5 +205,40 @@ def served_ceilings(server: ServerConfig, *, hardware: str) -> Ceilings:
             cfg = {}
         dtype = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
     dtype = {"float": "float32", "half": "float16"}.get(dtype, dtype)
-    return measure_ceilings(device="cuda" if hardware == "gpu" else "cpu", dtype=dtype,
-                            threads=server_threads(dict(server.env)) if hardware != "gpu" else None)
+    threads = server_threads(dict(server.env)) if hardware != "gpu" else None
+    argv = [sys.executable, "-m", "harness.ceilings", "--device", "cuda" if hardware == "gpu" else "cpu",
+            "--dtype", dtype, *(["--threads", str(threads)] if threads else [])]
+    root = str(Path(__file__).resolve().parents[1])    # this harness, whatever the caller's working directory
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
+                              start_new_session=True, check=False)
+    except subprocess.TimeoutExpired:
+        raise CeilingsUnavailable(f"measuring the ceilings took over {timeout_s:.0f} s") from None
+    lines = proc.stdout.strip().splitlines()
+    ceilings = Ceilings.from_json(json.loads(lines[-1])) if proc.returncode == 0 and lines else None
+    if ceilings is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CeilingsUnavailable(f"{' '.join(argv[1:])} failed (exit {proc.returncode}): {tail}")
+    return ceilings
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """`python -m harness.ceilings --device cpu|cuda --dtype D [--threads N]`: one JSON line of Ceilings, or exit 3
+    with the reason on stderr."""
+    parser = argparse.ArgumentParser(prog="python -m harness.ceilings")
+    parser.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    parser.add_argument("--dtype", required=True)
+    parser.add_argument("--threads", type=int)
+    args = parser.parse_args(argv)
+    try:
+        ceilings = measure_ceilings(device=args.device, dtype=args.dtype, threads=args.threads)
+    except CeilingsUnavailable as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    print(json.dumps(ceilings.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -113,10 +113,13 @@ def test_cpu_caches_are_summed_once_per_shared_cache(tmp_path: Path) -> None:
     assert cpu_cache_bytes(tmp_path) == len(cpus) * 48 * 1024 + 32 * 2**20
 
 
-def test_this_cpus_ceilings_are_measured_with_their_spread() -> None:
-    from harness.ceilings import measure_ceilings
+def test_this_cpus_ceilings_are_measured_in_a_child_at_the_served_dtype_and_threads() -> None:
+    from harness.ceilings import served_ceilings
+    from harness.config import ServerConfig
 
-    ceilings = measure_ceilings(device="cpu", dtype="float32", threads=1)
+    server = ServerConfig(model=ROOT / "experiments" / "models" / "gemma4-tiny", engine_args={"dtype": "auto"},
+                          env={"OMP_NUM_THREADS": "1"})
+    ceilings = served_ceilings(server, hardware="cpu")
     assert 0 < ceilings.flop_s <= ceilings.flop_s_best and 0 < ceilings.bytes_s <= ceilings.bytes_s_best
     assert ceilings.dtype == "float32" and "x 1 threads" in ceilings.source and "median" in ceilings.spread
-    assert Ceilings.from_json(json.loads(json.dumps(ceilings.to_json()))) == ceilings
+    assert ceilings.cache_bytes > 0 and Ceilings.from_json(json.loads(json.dumps(ceilings.to_json()))) == ceilings
