@@ -113,7 +113,8 @@ def _limits(spec: CampaignSpec) -> dict[str, float]:
 def host_ceilings(spec: CampaignSpec, measure: Measurements, on_event: Event) -> tuple[Ceilings | None, str]:
     """This host's ceilings, measured once before the baseline's servers start (the host idle); a host that cannot
     measure them runs the campaign without the physical check, and its baseline record says why."""
-    on_event("phase", {"phase": "ceilings: this host's matmul rate and memory bandwidth"})
+    on_event("phase", {"phase": "ceilings: this host's matmul rate at the served dtype and memory bandwidth "
+                                "(a few seconds)"})
     try:
         return measure.ceilings(spec.server, hardware=spec.hardware), ""
     except CeilingsUnavailable as exc:

@@ -8,10 +8,11 @@ from typing import Any
 
 from rich.table import Table
 
+from agent.campaign import host_ceilings as campaign_ceilings
 from agent.commands._common import err_console
+from agent.measurements import HARNESS
 from agent.spec import CampaignSpec
-from harness.ceilings import Ceilings, served_ceilings
-from harness.errors import CeilingsUnavailable
+from harness.ceilings import Ceilings
 from harness.physics import ServedModel, served_model
 
 __all__ = ["host_ceilings", "served_of", "roofline_table", "si", "ROOFLINE_NOTE"]
@@ -22,15 +23,12 @@ ROOFLINE_NOTE = ("roofline: floor = max(least FLOPs / matmul rate, bytes / bandw
 
 
 def host_ceilings(spec: CampaignSpec) -> tuple[Ceilings | None, str]:
-    """(ceilings, "") or (None, why not): a host that cannot measure them still measures its grid."""
-    err_console.print("measuring this host's ceilings (matmul rate at the served dtype, memory bandwidth; seconds)")
-    try:
-        ceilings = served_ceilings(spec.server, hardware=spec.hardware)
-    except CeilingsUnavailable as exc:
-        err_console.print(f"ceilings not measured: {exc}")
-        return None, str(exc)
-    err_console.print(f"ceilings: {ceilings.summary()}")
-    return ceilings, ""
+    """(ceilings, "") or (None, why not), as a campaign measures them: a host that cannot still measures its grid."""
+    ceilings, why = campaign_ceilings(spec, HARNESS, lambda kind, data: err_console.print(
+        data.get("phase") or data.get("message"), highlight=False))
+    if ceilings is not None:
+        err_console.print(f"ceilings: {ceilings.summary()}", highlight=False)
+    return ceilings, why
 
 
 def served_of(spec: CampaignSpec, engine_args: Mapping[str, object]) -> ServedModel:
