@@ -39,8 +39,11 @@ from agent.serving_campaign import Campaign
 from agent.spec import CampaignSpec, SpecError
 from agent.target import served_environment, target_record, workspace_source
 from audit import AuditWriter, write_report
+from harness.ceilings import Ceilings
+from harness.errors import CeilingsUnavailable
 from harness.measure import ABResult, Build
 from harness.parity import load_prompts, load_reference, save_reference
+from harness.physics import roofline_rows, served_model
 from harness.stats import check_repeats
 from sandbox.base import Backend
 from sandbox.factory import UNISOLATED, isolation_label
@@ -81,8 +84,9 @@ class Ending:
 
 
 def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "",
-                 unconfirmed: tuple[str, ...] = ()) -> Ending:
-    """`unconfirmed`: candidates that passed the screen but found no wall time for their confirmation."""
+                 unconfirmed: tuple[str, ...] = (), impossible: tuple[str, ...] = ()) -> Ending:
+    """`unconfirmed`: candidates that passed the screen but found no wall time for their confirmation.
+    `impossible`: cells where the final comparison measured best faster than the host's roofline allows."""
     if not accepted:
         text = "nothing was accepted: the best configuration is stock"
         if unconfirmed:
@@ -93,6 +97,10 @@ def judge_ending(accepted: int, final: ABResult | None, why_missing: str = "",
         return Ending("not-shown", f"{accepted} change(s) accepted, but the final best-vs-stock comparison "
                                    f"did not run to the end ({why_missing or 'no result'}): the branch is NOT "
                                    "shown to be an improvement")
+    if impossible:
+        return Ending("not-shown", f"the final comparison measured best faster than this host's roofline allows "
+                                   f"({'; '.join(impossible)}): tokens were skipped or miscounted, and the branch "
+                                   "is NOT shown to be an improvement")
     if not final.parity.ok:
         return Ending("not-shown", f"the final comparison broke parity ({final.parity.summary()}): the branch "
                                    "is NOT an improvement")
@@ -116,11 +124,24 @@ def _limits(spec: CampaignSpec) -> dict[str, float]:
     return limits
 
 
+def host_ceilings(spec: CampaignSpec, measure: Measurements, on_event: Event) -> tuple[Ceilings | None, str]:
+    """This host's ceilings, measured once before the baseline's servers start (the host idle); a host that cannot
+    measure them runs the campaign without the physical check, and its baseline record says why."""
+    on_event("phase", {"phase": "ceilings: this host's matmul rate at the served dtype and memory bandwidth "
+                                "(a few seconds)"})
+    try:
+        return measure.ceilings(spec.server, hardware=spec.hardware), ""
+    except CeilingsUnavailable as exc:
+        on_event("progress", {"message": f"ceilings not measured: {exc}; cells are not checked against physics"})
+        return None, str(exc)
+
+
 def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: Workspace, backend: Backend,
               log_dir: Path, on_event: Event, measure: Measurements
-              ) -> tuple[list[Any], list[Any], tuple[float, float]]:
-    """The parity reference, the grid's rows, and what the loop plans its rounds with: the server's start-up and
-    the seconds its grid took (both recorded)."""
+              ) -> tuple[list[Any], list[Any], tuple[float, float], Ceilings | None]:
+    """The parity reference, the grid's rows (with their roofline), what the loop plans its rounds with (the
+    server's start-up and the seconds its grid took) and the host's ceilings, all recorded."""
+    ceilings, no_ceilings = host_ceilings(spec, measure, on_event)
     on_event("phase", {"phase": "baseline: parity reference + grid"})
     port = gate_server(gate, spec, ws.serving_config(), 0)
     server = spec.server.model_copy(update={"port": port})
@@ -136,11 +157,13 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
                         progress=lambda m: on_event("progress", {"message": m}))
     save_reference(reference, grid.generations, prompts_path=spec.parity.prompts,
                    meta={"ref": build.ref, "engine_args": build.engine_args})
-    rows = grid.table(spec.benchmark.cells())
+    served = served_model(spec.server.model, {**spec.server.engine_args, **build.engine_args})
+    rows = roofline_rows(grid.table(spec.benchmark.cells()), served, ceilings, spec.benchmark)
     grid_s = sum(run.wall_s for run in grid.runs)
     bind_step(writer, work, step="baseline", iteration=0, extra=(reference.name,))
     writer.append(records.BASELINE_RESULT, iteration=0, payload={
         "cells": rows, "startup_s": grid.startup_s, "grid_s": round(grid_s, 1),
+        "ceilings": ceilings.to_json() if ceilings else {"omitted": no_ceilings},
         "evidence": grid.evidence, "ref": build.ref,
         "engine_args": build.engine_args, "reference_file": reference.name,
         "reference_sha256": file_sha256(reference),
@@ -148,7 +171,7 @@ def _baseline(*, spec: CampaignSpec, writer: AuditWriter, gate: Gatekeeper, ws: 
         "parity_checkpoint": checkpoint_digest(spec.parity.model or spec.server.model),
         "parity_checkpoint_recipe": recipe_of(spec.parity.model or spec.server.model)})   # a resume names it
     writer.checkpoint()
-    return grid.generations, rows, (grid.startup_s, grid_s)
+    return grid.generations, rows, (grid.startup_s, grid_s), ceilings
 
 
 def check_checkpoints(spec: CampaignSpec) -> None:
@@ -218,8 +241,9 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
                                                           opened.workspace, opened.branch, opened.gate)
         executor = _executor(spec, writer, measure)   # before the baseline: a cluster that is not there fails fast
         try:
-            reference, rows, basis = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                               log_dir=log_dir, on_event=on_event, measure=measure)
+            reference, rows, basis, ceilings = _baseline(spec=spec, writer=writer, gate=gate, ws=ws,
+                                                         backend=backend, log_dir=log_dir, on_event=on_event,
+                                                         measure=measure)
             profile = profile_incumbent(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
                                         log_dir=log_dir, iteration=0, on_event=on_event,
                                         reads_profile=proposer.reads_profile, measure=measure)
@@ -230,7 +254,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
                         baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
                         on_event=on_event, executor=executor, measurement=measurement, measure=measure,
-                        round_basis=basis, served=served_environment(target_record(source).get("target_image")))
+                        round_basis=basis, served=served_environment(target_record(source).get("target_image")),
+                        ceilings=ceilings)
         camp.resolve_defaults()
         return camp.run_to_end(base_commit=camp.incumbent_ref, branch=branch)
 
@@ -273,9 +298,12 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
         executor = _executor(spec, writer, measure)
         try:
             if journal.baseline is None:
-                reference, rows, basis = _baseline(spec=spec, writer=writer, gate=gate, ws=ws, backend=backend,
-                                                   log_dir=log_dir, on_event=on_event, measure=measure)
+                reference, rows, basis, ceilings = _baseline(spec=spec, writer=writer, gate=gate, ws=ws,
+                                                             backend=backend, log_dir=log_dir, on_event=on_event,
+                                                             measure=measure)
             else:
+                # the ceilings the campaign began with (a log written before them has none: no physical check)
+                ceilings = Ceilings.from_json(journal.baseline.get("ceilings"))
                 basis = (float(journal.baseline.get("startup_s") or 0.0), float(journal.baseline.get("grid_s") or 0.0))
                 ref_file = log_dir / str(journal.baseline.get("reference_file") or REFERENCE_FILE)
                 if file_sha256(ref_file) != journal.baseline["reference_sha256"]:
@@ -291,7 +319,7 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
                         profile=journal.profile, next_iteration=opened.next_iteration, on_event=on_event,
                         executor=executor, measurement=measurement, measure=measure, round_basis=basis,
-                        served=served_environment(journal.target_image))
+                        served=served_environment(journal.target_image), ceilings=ceilings)
         camp.close_interrupted(journal.open_iterations)   # crashed mid-round: each open iteration closed, go on
         camp.resolve_defaults()
         return camp.run_to_end(base_commit=journal.base_commit, branch=journal.branch)

@@ -12,8 +12,8 @@ import threading
 __all__ = ["main"]
 
 # Order is the order shown in --help.
-_COMMAND_MODULES = ("run", "kernel", "resume", "replay", "measure", "parity", "profile", "compare", "policy", "audit",
-                    "export", "sandbox", "bundle")
+_COMMAND_MODULES = ("run", "kernel", "resume", "replay", "measure", "parity", "profile", "compare", "claim", "policy",
+                    "audit", "export", "sandbox", "bundle")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,7 @@
 """The one seam through which a campaign measures anything: the baseline grid, every A/B (screens,
 confirmations, trials, the final comparison, replay), the incumbent's profile, vLLM's view of its engine
-args, a kernel campaign's evaluations, and the digest of the measurement path they are all taken with. The
+args, a kernel campaign's evaluations, the host's ceilings (the served roofline's), and the digest of the
+measurement path they are all taken with. The
 real implementation is the harness (`HARNESS`); the unit suite passes a fake (tests/fake_measurements.py),
 so a whole campaign, a resume and a replay run in seconds without vLLM.
 
@@ -15,6 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.ceilings import Ceilings, served_ceilings
+from harness.config import ServerConfig
 from harness.engine_defaults import effective_engine_args
 from harness.integrity import MeasurementDigest, digest_roots, measurement_roots
 from harness.kernel.evaluate import run_evaluation
@@ -56,6 +59,11 @@ class Measurements(Protocol):
         """harness.kernel.evaluate.run_evaluation: a kernel campaign's checks and timings, in one runner process."""
         ...
 
+    def ceilings(self, server: ServerConfig, *, hardware: str) -> Ceilings:
+        """harness.ceilings.served_ceilings: this host's matmul rate and bandwidth at the served dtype (raises
+        CeilingsUnavailable when they cannot be measured)."""
+        ...
+
 
 class HarnessMeasurements:
     """The harness itself. Stateless, so the copy a Ray task carries to its worker (agent/executor.py) is the
@@ -82,6 +90,9 @@ class HarnessMeasurements:
 
     def kernel(self, request: EvalRequest, work_dir: Path, *, timeout_s: float, interpret: bool) -> dict[str, Any]:
         return run_evaluation(request, work_dir, timeout_s=timeout_s, interpret=interpret)
+
+    def ceilings(self, server: ServerConfig, *, hardware: str) -> Ceilings:
+        return served_ceilings(server, hardware=hardware)
 
 
 HARNESS = HarnessMeasurements()

@@ -38,14 +38,16 @@ from agent.server_gate import gate_servers, parity_server_alongside
 from agent.spec import CampaignSpec
 from agent.tools import GatedTools, to_unified_diff
 from agent.trial import IterationTrials, Trials
+from harness.ceilings import Ceilings
 from harness.certificate import certificate_line, parity_certificate
 from harness.engine_args import spec_owned_changes
 from harness.errors import HarnessError, PortInUse
 from harness.integrity import MeasurementDigest
-from harness.measure import ABResult, Build
+from harness.measure import ABResult, Build, GridResult
 from harness.parity import Generation, ParityReport
+from harness.physics import ServedModel, physics_of, roofline_rows, served_model
 from harness.server import FAILURE_EXCERPT_CHARS
-from harness.stats import Verdict, decide
+from harness.stats import Physical, Verdict, decide, impossible_cells
 from policies import Policy
 from policies.diffparse import parse_patch
 from sandbox.base import Backend
@@ -102,6 +104,9 @@ class Campaign(Engine["CampaignEnd"]):
     # The conclusion (final comparison and verdict), kept for the CampaignEnd built after campaign.end
     final: ABResult | None = None
     ending: Ending | None = None
+    # This host's ceilings, measured before the baseline (None: not measured, or a log from before them): every
+    # candidate's cells are placed on the roofline, and one faster than its floor is quarantined as impossible.
+    ceilings: Ceilings | None = None
 
     def resolve_defaults(self) -> None:
         """Ask the pristine vLLM which engine args are in force for the incumbent (explicit and defaults),
@@ -178,19 +183,40 @@ class Campaign(Engine["CampaignEnd"]):
             self.final, why = final_comparison(self, base_commit)
         unconfirmed = tuple(f"iteration {h.iteration}: screen {h.speedup}" for h in self.history
                             if h.outcome != "accepted" and "wall budget left" in h.detail)
-        self.ending = judge_ending(len(accepted), self.final, why, unconfirmed)
         final = self.final
+        impossible = tuple(impossible_cells(self._physics(final.b))) if final else ()
+        self.ending = judge_ending(len(accepted), self.final, why, unconfirmed, impossible)
         return {"verdict": {"status": self.ending.status, "text": self.ending.text},
                 "final": ({"overall": vars(final.overall) if final.overall else None,
                            **({"images": vars(final.images)} if final.images else {}),
                            "cells": {label: vars(per["headline"]) for label, per in final.cells.items()},
+                           "roofline": {str(row["cell"]): row.get("roofline") for row in self._rows(final.b)},
                            "parity_ok": bool(final.parity and final.parity.ok),
-                           **({"certificate": self.certificate(final.parity)} if final.parity else {})}
+                           **({"certificate": self.certificate(final.parity, final.b)} if final.parity else {})}
                           if final else None)}
 
-    def certificate(self, report: ParityReport) -> dict[str, Any]:
-        """The parity certificate of an A/B this campaign judged (harness/certificate.py)."""
-        return parity_certificate(report, tolerance_basis=self.spec.parity.tolerance_basis)
+    def certificate(self, report: ParityReport, grid: GridResult) -> dict[str, Any]:
+        """The parity certificate of an A/B this campaign judged (harness/certificate.py), with the candidate's
+        cells on the host's roofline."""
+        fractions = {str(row["cell"]): {k: v for k, v in (row.get("roofline") or {}).items()
+                                        if k in CERTIFIED_FRACTIONS and isinstance(v, float)}
+                     for row in self._rows(grid)}
+        return parity_certificate(report, tolerance_basis=self.spec.parity.tolerance_basis,
+                                  roofline={cell: f for cell, f in fractions.items() if f})
+
+    def _served(self, build: Build) -> ServedModel:
+        return served_model(self.spec.server.model, {**self.spec.server.engine_args, **build.engine_args})
+
+    def _rows(self, grid: GridResult) -> list[dict[str, Any]]:
+        """A build's grid rows, each with its roofline column (harness/physics.py)."""
+        return roofline_rows(grid.table(self.spec.benchmark.cells()), self._served(grid.build), self.ceilings,
+                             self.spec.benchmark)
+
+    def _physics(self, grid: GridResult) -> dict[str, Physical]:
+        """Each measured cell's fastest run against its floor: what decide() quarantines on."""
+        cells = list(dict.fromkeys(run.job.cell for run in grid.runs))
+        return physics_of(self._served(grid.build), self.ceilings, self.spec.benchmark,
+                          {cell: grid.cell_metrics(cell) for cell in cells})
 
     def ended(self, stop: str, branch: str) -> CampaignEnd:
         from agent.campaign import campaign_end
@@ -425,7 +451,8 @@ class Campaign(Engine["CampaignEnd"]):
         for i, done in evals.items():
             if done.result and done.result.parity and done.result.parity.ok and done.result.overall:
                 verdicts[i] = decide(done.result.overall, done.result.headline(), self.spec.stats, stage="screen",
-                                     images=done.result.images, confirm_pairs=self.spec.benchmark.strong_repeats)
+                                     images=done.result.images, confirm_pairs=self.spec.benchmark.strong_repeats,
+                                     physics=self._physics(done.result.b))
                 if verdicts[i].accept and not verdicts[i].quarantine:
                     accepted[i] = done.result.overall.low
         best = max(accepted, key=lambda it: accepted[it]) if accepted else None
@@ -538,7 +565,8 @@ class Campaign(Engine["CampaignEnd"]):
                 return self._finish(i, "parity-broken", f"confirmation: {result.parity.summary()}",
                                     proposal=proposal, result=result, placement=placement, screen=screen,
                                     screen_placement=screen_placement)
-            verdict = decide(result.overall, result.headline(), self.spec.stats, images=result.images)
+            verdict = decide(result.overall, result.headline(), self.spec.stats, images=result.images,
+                             physics=self._physics(result.b))
             reason = f"confirmed: {verdict.reason}" if verdict.accept else \
                 f"not confirmed: {verdict.reason} (screen: {screen.overall})"
         if verdict.quarantine:
@@ -559,14 +587,14 @@ class Campaign(Engine["CampaignEnd"]):
     def _commit(self, i: int, proposal: Proposal, diff: str, result: ABResult) -> str:
         assert result.overall is not None and result.parity is not None
         self.workspace.apply_patch(diff)
+        certificate = certificate_line(self.certificate(result.parity, result.b))
         commit = commit_change(self.workspace, self.writer, campaign_id=self.campaign_id, iteration=i,
                                proposal=proposal, title=proposal.hypothesis.splitlines()[0][:72],
-                               speedup=result.overall, evidence=[
-                                   f"Ratchet-Parity: {result.parity.candidate_digest}",
-                                   f"Ratchet-Parity-Certificate: {certificate_line(self.certificate(result.parity))}"],
+                               speedup=result.overall, evidence=[f"Ratchet-Parity: {result.parity.candidate_digest}",
+                                                                 f"Ratchet-Parity-Certificate: {certificate}"],
                                per=[f"Ratchet-Cell: {label} {ci}" for label, ci in result.headline().items()])
         self.incumbent_ref = commit
-        self.incumbent_rows = result.b.table(self.spec.benchmark.cells())
+        self.incumbent_rows = self._rows(result.b)
         self.resolve_defaults()
         return commit
 
@@ -585,11 +613,11 @@ class Campaign(Engine["CampaignEnd"]):
                            speedup_text=str(result.overall),
                            cells={label: {m: vars(ci) for m, ci in per.items()} for label, per in result.cells.items()},
                            throughput_tok_s=_mean_total(result.b.runs), incumbent_tok_s=_mean_total(head_a),
-                           cells_rows=result.b.table(self.spec.benchmark.cells()),
-                           incumbent_rows=result.a.table(self.spec.benchmark.cells()),   # A, same A/B
+                           cells_rows=self._rows(result.b),
+                           incumbent_rows=self._rows(result.a),   # A, same A/B
                            evidence={"A": result.a.evidence, "B": result.b.evidence})
         if result is not None and result.parity is not None:
-            payload["certificate"] = self.certificate(result.parity)
+            payload["certificate"] = self.certificate(result.parity, result.b)
         if screen is not None and screen.overall is not None:
             payload["screen"] = {"speedup_text": str(screen.overall), "speedup": screen.overall.ratio,
                                  "ci_low": screen.overall.low, "ci_high": screen.overall.high,
@@ -601,6 +629,11 @@ class Campaign(Engine["CampaignEnd"]):
                        commit_object=self.workspace.commit_object(commit) if commit else None, figures=payload)
         return IterationOutcome(iteration=i, outcome=outcome, reason=reason, result=result, commit=commit,
                                 placement=dict(placement or {}))
+
+
+# The roofline figures a parity certificate carries per cell: matmul and bandwidth utilisation, and the share of
+# the cell's physical floor its measurement reached (harness/physics.py).
+CERTIFIED_FRACTIONS = ("mfu", "mbu", "roofline")
 
 
 def _fmt_args(args: dict[str, object]) -> str:

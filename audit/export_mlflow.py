@@ -1,9 +1,10 @@
 """`ratchet export mlflow DIR`: a campaign as one MLflow run, where research teams already track experiments.
 
-The run holds the campaign's params (spec, proposer, stock engine args, versions), per-iteration metrics (step =
-iteration: the speedup and its interval, accepted, parity), the final best-vs-stock table, and as artifacts the
-audit log itself, its public key, the evidence files it binds (raw benchmark results, prompts, server logs, the parity
-reference), the report and every accepted diff. Only a log that verifies is exported (the
+The run holds the campaign's params (spec, proposer, stock engine args, versions, the host's ceilings), per-iteration
+metrics (step = iteration: the speedup and its interval, accepted, parity, each cell's place on the roofline), the
+final best-vs-stock table, and as artifacts the audit log itself, its public key, the evidence files it binds (raw
+benchmark results, prompts, server logs, the parity reference), the report and every accepted diff. Only a log that
+verifies is exported (the
 tags say against which key): MLflow is a place to look, the log stays the evidence.
 
 MLflow is an optional extra (`pip install 'ratchet[mlflow]'`); any tracking URI MLflow takes works (a local
@@ -20,7 +21,7 @@ from typing import Any
 
 from audit.base import VerifyResult
 from audit.evidence import bound_paths
-from audit.facts import CampaignFacts, campaign_facts
+from audit.facts import CampaignFacts, CellRoofline, campaign_facts
 
 __all__ = ["ExportError", "export_mlflow"]
 
@@ -56,6 +57,7 @@ def _params(facts: CampaignFacts) -> dict[str, str]:
               "isolation": facts.isolation, "verdict": facts.verdict_status, "stop_reason": facts.stop_reason}
     params.update({f"engine.{k}": str(v) for k, v in facts.engine_args.items()})
     params.update({f"env.{k}": v for k, v in facts.environment.items()})
+    params["ceilings"] = facts.ceilings
     return {_key(k): v[:6000] for k, v in params.items() if v != ""}
 
 
@@ -70,15 +72,31 @@ def _metrics(facts: CampaignFacts) -> list[tuple[str, float, int]]:
                     ("speedup_high", it.overall.high, step)]
         for c in it.cells:
             out.append((_key(f"cell/{c.cell}/speedup"), c.speedup.ratio, step))
+        out += _roofline_metrics("cell", it.roofline, step)
     if facts.final:
         last = max((it.iteration for it in facts.iterations), default=0)
         out += [("final/speedup", facts.final.ratio, last), ("final/low", facts.final.low, last),
                 ("final/high", facts.final.high, last)]
         out += [(_key(f"final/{c.cell}/speedup"), c.speedup.ratio, last) for c in facts.final_cells]
+        out += _roofline_metrics("final", facts.final_roofline, last)
     for cell, tok_s in facts.baseline:
         out.append((_key(f"stock/{cell}/tok_s"), tok_s, 0))
+    out += _roofline_metrics("stock", facts.baseline_roofline, 0)
     if facts.wall_seconds is not None:
         out.append(("wall_seconds", facts.wall_seconds, 0))
+    return out
+
+
+def _roofline_metrics(prefix: str, cells: tuple[CellRoofline, ...], step: int) -> list[tuple[str, float, int]]:
+    """Each cell's place on the host's roofline: MFU, bandwidth utilisation, the share of its floor reached,
+    and 1.0 where it ran faster than physics allows."""
+    out: list[tuple[str, float, int]] = []
+    for c in cells:
+        for name, value in (("mfu", c.mfu), ("mbu", c.mbu), ("roofline", c.roofline), ("floor_s", c.floor_s)):
+            if value is not None:
+                out.append((_key(f"{prefix}/{c.cell}/{name}"), value, step))
+        if c.measured_s is not None:
+            out.append((_key(f"{prefix}/{c.cell}/impossible"), float(c.impossible), step))
     return out
 
 

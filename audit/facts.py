@@ -14,7 +14,7 @@ from typing import Any
 
 from audit.reader import payload_of, read_records
 
-__all__ = ["CampaignFacts", "CellInterval", "Divergence", "IterationFacts", "Ratio", "campaign_facts"]
+__all__ = ["CampaignFacts", "CellInterval", "CellRoofline", "Divergence", "IterationFacts", "Ratio", "campaign_facts"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,53 @@ class CellInterval:
 
 
 @dataclass(frozen=True)
+class CellRoofline:
+    """A cell on the host's roofline (harness/physics.py): its work, its floor, what was reached of it."""
+
+    cell: str
+    flops: float | None = None         # as vLLM serves by default
+    min_flops: float | None = None     # the least an exact implementation needs (the floor counts these)
+    bytes: float | None = None
+    floor_s: float | None = None
+    measured_s: float | None = None
+    mfu: float | None = None
+    mbu: float | None = None
+    roofline: float | None = None      # floor_s / measured_s
+    bound: str = ""
+    impossible: bool = False
+    omitted: str = ""                  # why this cell has no roofline
+
+    @classmethod
+    def of(cls, cell: str, body: Any) -> CellRoofline | None:
+        if not isinstance(body, dict):
+            return None
+        numbers = {k: _float(body.get(k)) for k in ("flops", "min_flops", "bytes", "floor_s", "measured_s", "mfu",
+                                                    "mbu", "roofline")}
+        return cls(cell, **numbers, bound=str(body.get("bound") or ""), impossible=body.get("impossible") is True,
+                   omitted=str(body.get("omitted") or ""))
+
+
+def _rooflines(rows: Any) -> tuple[CellRoofline, ...]:
+    """The roofline column of a grid's rows (baseline.result cells, iteration.result cells_rows)."""
+    out = [CellRoofline.of(str(r.get("cell")), r.get("roofline")) for r in rows or [] if isinstance(r, dict)]
+    return tuple(sorted((r for r in out if r is not None), key=lambda r: _cell_key(r.cell)))
+
+
+def _ceilings_line(body: Any) -> str:
+    """The host's ceilings a campaign was judged against, in words ("" for a log from before them)."""
+    if not isinstance(body, dict):
+        return ""
+    if body.get("omitted"):
+        return f"not measured: {body['omitted']}"
+    flop_s, bytes_s = _float(body.get("flop_s")), _float(body.get("bytes_s"))
+    if flop_s is None or bytes_s is None:
+        return ""
+    rate = f"{flop_s / 1e12:,.1f} TFLOP/s" if flop_s >= 1e12 else f"{flop_s / 1e9:,.1f} GFLOP/s"
+    parts = [f"{rate} ({body.get('dtype') or '?'} matmul), {bytes_s / 1e9:,.1f} GB/s", str(body.get("source") or "")]
+    return "; ".join(p for p in parts + [str(body.get("spread") or "")] if p)
+
+
+@dataclass(frozen=True)
 class Divergence:
     """Where a candidate's greedy tokens left the reference's (held prompt or benchmark request)."""
 
@@ -75,6 +122,7 @@ class IterationFacts:
     divergences: tuple[Divergence, ...] = ()
     commit: str | None = None
     certificate: tuple[str, ...] = ()   # the parity certificate's lines (harness/certificate.py), when recorded
+    roofline: tuple[CellRoofline, ...] = ()   # the candidate's cells on the host's roofline (its A/B's evidence)
 
     @property
     def parity_broken(self) -> bool:
@@ -102,6 +150,9 @@ class CampaignFacts:
     environment: dict[str, str] = field(default_factory=dict)
     engine_args: dict[str, Any] = field(default_factory=dict)
     baseline: tuple[tuple[str, float], ...] = ()  # (cell, stock's headline tok/s)
+    ceilings: str = ""                             # the host's ceilings the cells were placed against, in words
+    baseline_roofline: tuple[CellRoofline, ...] = ()
+    final_roofline: tuple[CellRoofline, ...] = ()  # best's cells in the final comparison
     verdict_status: str = ""
     verdict_text: str = ""
     stop_reason: str = ""
@@ -226,6 +277,8 @@ def campaign_facts(directory: Path) -> CampaignFacts:
             facts["environment"] = {k: str(v) for k, v in env.items() if v is not None}
         elif kind == "baseline.result":
             facts["engine_args"] = dict(body.get("engine_args") or {})
+            facts["ceilings"] = _ceilings_line(body.get("ceilings"))
+            facts["baseline_roofline"] = _rooflines(body.get("cells"))
             evidence = _dict(body, "evidence")
             if evidence.get("attention_backend"):
                 facts.setdefault("environment", {})["attention_backend"] = str(evidence["attention_backend"])
@@ -255,7 +308,7 @@ def campaign_facts(directory: Path) -> CampaignFacts:
                 screen=Ratio.of({"ratio": screen.get("speedup"), "low": screen.get("ci_low"),
                                  "high": screen.get("ci_high")}),
                 cells=_cells(body.get("cells"), body.get("incumbent_rows"), body.get("cells_rows"), metric),
-                certificate=_certificate(body), result=True)
+                certificate=_certificate(body), roofline=_rooflines(body.get("cells_rows")), result=True)
         elif kind == "campaign.end":
             verdict = _dict(body, "verdict")
             facts["verdict_status"] = str(verdict.get("status") or "")
@@ -269,12 +322,14 @@ def campaign_facts(directory: Path) -> CampaignFacts:
                 facts["final_cells"] = _cells(final.get("cells"), metric=facts.get("metric", ""))
                 facts["final_parity_ok"] = final.get("parity_ok") if isinstance(final.get("parity_ok"), bool) else None
                 facts["final_certificate"] = _certificate(final)
+                roofline = _dict(final, "roofline")
+                facts["final_roofline"] = _rooflines([{"cell": c, "roofline": r} for c, r in roofline.items()])
     iterations = tuple(
         IterationFacts(iteration=i, accepted=s["accepted"], parity_ok=s["parity_ok"], outcome=s["outcome"],
                        reason=s["reason"], hypothesis=s.get("hypothesis", ""), source=s.get("source", ""),
                        diff=s.get("diff", ""), overall=s["overall"], screen=s["screen"], cells=s["cells"],
                        parity=s.get("parity", ""), divergences=s.get("divergences", ()), commit=s["commit"],
-                       certificate=s.get("certificate", ()))
+                       certificate=s.get("certificate", ()), roofline=s.get("roofline", ()))
         for i, s in sorted(by_it.items()) if s.get("result"))
     return CampaignFacts(
         campaign=str(records[0].get("campaign")) if records else "?",

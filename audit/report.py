@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.base import VerifyResult
-from audit.facts import CampaignFacts, CellInterval, IterationFacts, Ratio, campaign_facts
+from audit.facts import CampaignFacts, CellInterval, CellRoofline, IterationFacts, Ratio, campaign_facts
 from audit.plots import decisions_plot, forest_plot, iterations_plot
 from audit.verify import verify
 
@@ -101,6 +101,64 @@ def _cell_rows(cells: tuple[CellInterval, ...]) -> list[list[str]]:
 _CELL_HEAD = ["cell", "speedup B/A", "interval", "A (incumbent) median", "B (candidate) median"]
 
 
+_ROOFLINE_HEAD = ["cell", "FLOPs served / least", "bytes", "floor s", "bound", "measured s", "MFU", "MBU",
+                  "of roofline", "physics"]
+ROOFLINE_NOTE = ("Each cell on the host's roofline: floor = max(least FLOPs / matmul rate, bytes / bandwidth) at the "
+                 "ceilings measured when the campaign began; FLOPs served count every layer on every prompt token as "
+                 "vLLM runs by default (MFU is on these), least skips what feeds no stored key or value. A cell "
+                 "faster than its floor at the fastest ceiling sample is impossible and its candidate quarantined.")
+
+
+def _si(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.1f} {prefix}{unit}"
+    return f"{value:,.0f} {unit}"
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+def _roofline_rows(cells: tuple[CellRoofline, ...]) -> list[list[str]]:
+    rows = []
+    for c in cells:
+        if c.omitted:
+            rows.append([c.cell, *["–"] * 8, f"omitted: {c.omitted}"])
+            continue
+        physics = "IMPOSSIBLE" if c.impossible else "ok" if c.measured_s is not None else "no ceilings"
+        rows.append([c.cell, f"{_si(c.flops, 'FLOP')} / {_si(c.min_flops, 'FLOP')}", _si(c.bytes, "B"),
+                     "–" if c.floor_s is None else f"{c.floor_s:.3g}", c.bound or "–",
+                     "–" if c.measured_s is None else f"{c.measured_s:.3g}", _share(c.mfu), _share(c.mbu),
+                     _share(c.roofline), physics])
+    return rows
+
+
+def _roofline_html(facts: CampaignFacts) -> list[str]:
+    if not (facts.ceilings or facts.baseline_roofline):
+        return []
+    parts = ["<h2>Roofline</h2>", f"<p>Ceilings: {escape(facts.ceilings or 'not recorded')}</p>",
+             f"<p class=muted>{escape(ROOFLINE_NOTE)}</p>"]
+    for title, cells in (("Stock", facts.baseline_roofline), ("Best (final comparison)", facts.final_roofline)):
+        if cells:
+            parts += [f"<h3>{title}</h3>", _table(_ROOFLINE_HEAD, _roofline_rows(cells), set(range(1, 9)))]
+    return parts
+
+
+def _roofline_md(facts: CampaignFacts) -> list[str]:
+    if not (facts.ceilings or facts.baseline_roofline):
+        return []
+    lines = ["## Roofline", "", f"Ceilings: {_md(facts.ceilings or 'not recorded')}", "", ROOFLINE_NOTE, ""]
+    for title, cells in (("Stock", facts.baseline_roofline), ("Best (final comparison)", facts.final_roofline)):
+        if cells:
+            lines += [f"### {title}", "", "| " + " | ".join(_ROOFLINE_HEAD) + " |",
+                      "|---|" + "---:|" * 8 + "---|",
+                      *("| " + " | ".join(_md(c) for c in row) + " |" for row in _roofline_rows(cells)), ""]
+    return lines
+
+
 def _environment(facts: CampaignFacts) -> list[list[str]]:
     env = dict(facts.environment)
     order = ["vllm", "torch", "transformers", "attention_backend", "gpu", "cpu", "cpus", "machine", "platform",
@@ -138,6 +196,9 @@ def _iteration_html(it: IterationFacts) -> str:
         parts.append("<details><summary>Per-cell results</summary>"
                      + _table(_CELL_HEAD, _cell_rows(it.cells), {1, 3, 4})
                      + "</details>")
+    if it.roofline:
+        parts.append("<details><summary>The candidate on the roofline</summary>"
+                     + _table(_ROOFLINE_HEAD, _roofline_rows(it.roofline), set(range(1, 9))) + "</details>")
     if it.diff:   # an accepted change's diff is what a reviewer reads: open
         parts.append(f"<details{' open' if it.accepted else ''}><summary>Diff ({it.diff.count(chr(10))} lines)"
                      f"</summary><pre>{escape(it.diff)}</pre>"
@@ -170,6 +231,7 @@ def _html(facts: CampaignFacts, result: VerifyResult) -> str:
     if facts.baseline:
         sections += ["<h2>Stock vLLM (baseline)</h2>",
                      _table(["cell", "headline throughput"], [[c, _tok(v)] for c, v in facts.baseline], {1})]
+    sections += _roofline_html(facts)
     sections.append(f"<h2>Iterations ({len(facts.iterations)})</h2>")
     if facts.iterations:
         sections.append(iterations_plot(facts.iterations))
@@ -222,6 +284,7 @@ def _markdown(facts: CampaignFacts, result: VerifyResult) -> str:
             lines += ["Parity certificate of the final comparison:", "",
                       *(f"- {_md(line)}" for line in facts.final_certificate), ""]
     lines += ["## Environment", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in _environment(facts)), ""]
+    lines += _roofline_md(facts)
     lines += [f"## Iterations ({len(facts.iterations)})", "",
               "| iteration | verdict | speedup [interval] | parity | reason |", "|---|---|---|---|---|"]
     for it in facts.iterations:

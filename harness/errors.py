@@ -11,7 +11,10 @@
      ├── ParityError          parity prompts or references are unusable
      ├── EngineArgRejected    a serving-config key or value is not on the allowlist
      ├── EngineDefaultsUnknown vLLM could not say which engine args it resolves (callers go on without)
-     └── MeasurementTampered  the pristine client, the harness or the interpreter changed during an A/B
+     ├── MeasurementTampered  the pristine client, the harness or the interpreter changed during an A/B
+     ├── RooflineUnavailable  a model config the served roofline cannot count (it is omitted, never guessed)
+ │    └── UnknownArchitecture  not an architecture it counts (named in the message)
+     └── CeilingsUnavailable  this host's matmul rate and bandwidth could not be measured
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ __all__ = [
     "EngineArgRejected",
     "EngineDefaultsUnknown",
     "MeasurementTampered",
+    "RooflineUnavailable",
+    "UnknownArchitecture",
+    "CeilingsUnavailable",
 ]
 
 
@@ -78,3 +84,15 @@ class EngineDefaultsUnknown(HarnessError):
 
 class MeasurementTampered(HarnessError):
     """A file of the measurement path changed between the start of a comparison and its end."""
+
+
+class RooflineUnavailable(HarnessError):
+    """The served roofline cannot count this model (harness/roofline.py): it is omitted, with this reason."""
+
+
+class UnknownArchitecture(RooflineUnavailable):
+    pass
+
+
+class CeilingsUnavailable(HarnessError):
+    """This host's ceilings (matmul rate, memory bandwidth) could not be measured (harness/ceilings.py)."""

@@ -28,7 +28,7 @@ from scipy import stats as scistats
 from harness.config import StatsConfig
 
 __all__ = ["SpeedupCI", "Verdict", "speedup_ci", "overall_ci", "decide", "confirm_chance", "cv", "check_repeats",
-           "MIN_REPEATS", "regressed_cells"]
+           "MIN_REPEATS", "regressed_cells", "Physical", "impossible_cells"]
 
 MIN_REPEATS = 4
 
@@ -74,6 +74,25 @@ class Verdict:
     accept: bool
     quarantine: bool
     reason: str
+
+
+@dataclass(frozen=True)
+class Physical:
+    """One cell of a candidate against the host's physics (harness/physics.py): the seconds its fastest run took,
+    and the least time its work allows at the fastest ceilings measured on the host."""
+
+    measured_s: float
+    floor_s: float
+
+    @property
+    def impossible(self) -> bool:
+        return self.measured_s < self.floor_s
+
+
+def impossible_cells(physics: Mapping[str, Physical]) -> list[str]:
+    """Cells that ran faster than the hardware can: each needed more than 100 % of a ceiling."""
+    return [f"{label} took {p.measured_s:.3g} s, under its floor of {p.floor_s:.3g} s ({p.floor_s / p.measured_s:.0%} "
+            "of the host's best measured ceiling)" for label, p in physics.items() if p.impossible]
 
 
 def cv(values: Sequence[float]) -> float:
@@ -138,9 +157,12 @@ def confirm_chance(screen: SpeedupCI, pairs: int, config: StatsConfig) -> float 
 
 
 def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConfig, *,
-           stage: str = "confirm", images: SpeedupCI | None = None, confirm_pairs: int | None = None) -> Verdict:
-    """Quarantine when the overall speedup or any cell's is above the plausibility ceiling; reject when a
-    cell regressed (one-sided test) or the overall lower bound is below the threshold; else accept.
+           stage: str = "confirm", images: SpeedupCI | None = None, confirm_pairs: int | None = None,
+           physics: Mapping[str, Physical] | None = None) -> Verdict:
+    """Quarantine when any of the candidate's cells ran faster than the host's roofline allows (`physics`, per
+    cell, judged before any ratio: a result the hardware cannot produce is no evidence of a speedup), or when the
+    overall speedup or any cell's is above the plausibility ceiling; reject when a cell regressed (one-sided
+    test) or the overall lower bound is below the threshold; else accept.
 
     `stage="screen"` is the looser first look of a campaign's A/B (the lower end of the
     `screen_confidence` interval at least `screen_lower_bound`): it only decides which candidate earns a
@@ -150,6 +172,10 @@ def decide(overall: SpeedupCI, cells: Mapping[str, SpeedupCI], config: StatsConf
 
     `images`: the image cells' own headline, when the grid also has text cells (then `overall` is the text
     cells'). It is guarded like a cell: slower past the guard rejects, above the ceiling quarantines."""
+    impossible = impossible_cells(physics or {})
+    if impossible:
+        return Verdict(False, True, f"impossible: {'; '.join(impossible)}: tokens were skipped or miscounted; "
+                                    "quarantined for human review")
     if images is not None:
         cells = {**cells, "image cells (geometric mean)": images}
     implausible = [f"{label} {ci}" for label, ci in cells.items() if ci.ratio > config.plausibility_ceiling]

@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import TIMINGS_FILE, BenchJob, BenchResult, CellRun, dataset_path
+from harness.ceilings import Ceilings
 from harness.config import BenchmarkConfig, Cell, ParityConfig
+from harness.errors import CeilingsUnavailable
 from harness.integrity import MeasurementDigest
 from harness.measure import ABResult, Build, GridResult, grid_ratios, split_headlines
 from harness.parity import Generation, compare, load_prompts
@@ -119,12 +121,25 @@ def _write_bench(folder: Path, runs: list[CellRun]) -> None:
                                       "repeat": run.job.repeat}) + "\n")
 
 
+# Ceilings under which the fake's 1,000 tok/s of the tiny model (~2 MFLOP per token) sit at ~20 % of the roofline.
+FAKE_CEILINGS = Ceilings(flop_s=1e10, bytes_s=1e10, flop_s_best=1e10, bytes_s_best=1e10, cache_bytes=0.0,
+                         dtype="float32", source="fake")
+
+
 class FakeMeasurements:
-    def __init__(self, hold_s: float = 0.0, startup_s: float = 0.1, run_s: float = 0.01) -> None:
+    def __init__(self, hold_s: float = 0.0, startup_s: float = 0.1, run_s: float = 0.01,
+                 ceilings: Ceilings | None = FAKE_CEILINGS) -> None:
         self.calls: list[str] = []
         self.ports: list[dict[str, int] | None] = []   # the ports each A/B was given, in order
         self.hold_s = hold_s
         self.startup_s, self.run_s = startup_s, run_s   # what the baseline reports (the loop plans rounds with it)
+        self._ceilings = ceilings                         # None: as a host that cannot measure them
+
+    def ceilings(self, server: Any, *, hardware: str) -> Ceilings:
+        self.calls.append("ceilings")
+        if self._ceilings is None:
+            raise CeilingsUnavailable("the fake host measures no ceilings")
+        return self._ceilings
 
     def digest(self) -> MeasurementDigest:
         return MeasurementDigest(sha256="fake-measurement-path", files={})

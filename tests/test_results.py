@@ -687,3 +687,15 @@ def test_the_kernel_aa_page_comes_from_its_recorded_runs() -> None:
     assert (accepted, b_ahead) == ([26], 29)
     assert "**1 of 40 was accepted**: evaluation 26, **1.049x [1.034, 1.064]**" in page
     assert "**29 of 40**" in page
+
+
+def test_the_roofline_page_comes_from_the_committed_grids_and_its_recorded_ceilings(tmp_path: Path) -> None:
+    """experiments/results/roofline.md regenerates byte for byte from the committed grids, the committed H200
+    kernel results' ceilings and the CPU ceilings it recorded; and says what the issue asked."""
+    from roofline_page import main as roofline_page
+
+    assert roofline_page(["--cpu-ceilings", str(RESULTS / "roofline.json"), "--out-dir", str(tmp_path)]) == 0
+    page = (RESULTS / "roofline.md").read_text()
+    assert (tmp_path / "roofline.md").read_text() == page
+    assert "3.754 GFLOP of weights per token" in page and "IMPOSSIBLE" not in page
+    assert "108,000 total tok/s | 133% /" in page     # the seed claim on an A100, as vLLM serves by default

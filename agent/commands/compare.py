@@ -16,9 +16,13 @@ from pathlib import Path
 from agent.campaign import check_parity_coverage
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
 from agent.commands._render import ab_table, progress_bar
+from agent.commands._roofline import ROOFLINE_NOTE, host_ceilings, roofline_table, served_of
 from agent.replay import reduced_grid
-from agent.spec import SpecError
-from harness.measure import Build, ab_compare
+from agent.spec import CampaignSpec, SpecError
+from harness.ceilings import Ceilings
+from harness.config import BenchmarkConfig
+from harness.measure import ABResult, Build, ab_compare
+from harness.physics import roofline_rows
 from harness.stats import check_repeats
 from sandbox.errors import WorkspaceError
 from sandbox.workspace import Workspace
@@ -59,6 +63,25 @@ def _build(ws: Workspace, ref: str, tag: str, work: Path) -> Build:
     return Build(tag=tag, tree=tree, engine_args=ws.serving_config(commit), ref=commit)
 
 
+def _roofline(spec: CampaignSpec, result: ABResult, bench: BenchmarkConfig, ceilings: Ceilings | None,
+              no_ceilings: str) -> dict[str, object]:
+    """Each build's cells on this host's roofline, printed; the JSON of it. A cell of B faster than its floor is
+    what a campaign quarantines as impossible (harness/stats.py decide)."""
+    out: dict[str, object] = {"ceilings": ceilings.to_json() if ceilings else {"omitted": no_ceilings}}
+    for tag, grid in (("A", result.a), ("B", result.b)):
+        rows = roofline_rows(grid.table(bench.cells()), served_of(spec, grid.build.engine_args), ceilings, bench)
+        console.print(roofline_table(rows, f"{tag} on the roofline: "
+                                           + (ceilings.summary() if ceilings else f"no ceilings ({no_ceilings})")))
+        out[tag] = {str(row["cell"]): row.get("roofline") for row in rows}
+        impossible = [cell for cell, rf in out[tag].items() if isinstance(rf, dict) and rf.get("impossible")]
+        if impossible:
+            console.print(f"[bold red]{tag}: cells {', '.join(impossible)} ran faster than this host's roofline "
+                          "allows: impossible (tokens skipped or miscounted); a campaign quarantines such a "
+                          "candidate[/bold red]")
+    console.print(ROOFLINE_NOTE)
+    return out
+
+
 @cli_errors
 def run(args: argparse.Namespace) -> int:
     spec = open_spec(args.spec)
@@ -77,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if args.engine_args:
         b = Build(tag=b.tag, tree=b.tree, engine_args={**b.engine_args, **json.loads(args.engine_args)}, ref=b.ref)
     err_console.print(f"A = {a.ref} {a.engine_args}\nB = {b.ref} {b.engine_args}")
+    ceilings, no_ceilings = host_ceilings(spec)     # before any server: the host idle
     started = time.monotonic()
     cells = bench.cells()
     with progress_bar(len(cells) * bench.repeats * 2, "interleaved runs") as (bar, task):
@@ -90,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
                                    f"(ratios > 1: B better)"))
     parity_line = result.parity.summary() if result.parity else "parity not checked"
     console.print(parity_line)
+    roofline = _roofline(spec, result, bench, ceilings, no_ceilings)
     if args.out:
         out = {"spec": spec.name, "a": {"ref": a.ref, "engine_args": a.engine_args, "startup_s": result.a.startup_s,
                                         "evidence": result.a.evidence},
@@ -100,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                "cells": {label: {m: vars(ci) for m, ci in per.items()} for label, per in result.cells.items()},
                "samples": {tag: [{"cell": r.job.cell.label, "repeat": r.job.repeat, **r.metrics()} for r in g.runs]
                            for tag, g in (("A", result.a), ("B", result.b))},
-               "parity": result.parity.to_json() if result.parity else None}
+               "parity": result.parity.to_json() if result.parity else None, "roofline": roofline}
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
         err_console.print(f"wrote {args.out}")
     for tag in ("A", "B"):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from agent.commands._common import cli_errors, console, ensure_workspace, err_console, make_backend, open_spec
 from agent.commands._render import grid_table, progress_bar
+from agent.commands._roofline import ROOFLINE_NOTE, host_ceilings, roofline_table, served_of
 from harness.measure import Build, measure_grid
+from harness.physics import roofline_rows
 
 __all__ = ["register"]
 
@@ -30,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     ws = ensure_workspace(spec, workspace=args.workspace)
     build = Build(tag="baseline", tree=ws.root, engine_args=ws.serving_config(), ref=ws.head())
     work = ws.root.parent / f"{ws.root.name}.runs" / f"measure-{time.strftime('%Y%m%d-%H%M%S')}"
+    ceilings, no_ceilings = host_ceilings(spec)     # before any server: the host idle
     started = time.monotonic()
     cells = bench.cells()
     with progress_bar(len(cells) * bench.repeats, "benchmark runs") as (bar, task):
@@ -38,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
                               progress=lambda msg: err_console.print(msg),
                               on_run=lambda run: bar.advance(task))  # type: ignore[arg-type]
     wall = time.monotonic() - started
-    rows = result.table(cells)
+    served = served_of(spec, build.engine_args)
+    rows = roofline_rows(result.table(cells), served, ceilings, bench)
     console.print(grid_table(rows, f"{spec.name} @ {build.ref[:10]}  (median of {bench.repeats}; "
                                    f"server start {result.startup_s:.1f} s; wall {wall:.0f} s)"))
     console.print("prefill tok/s = input tokens / wall time of an output-length-1 run (measured, not derived)")
@@ -49,10 +53,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"image cells (img<pictures>x<px>): input tokens per request as the server counted them, text + "
                       f"image tokens ({counts}); their tok/s and prefill tok/s count both, and a comparison judges "
                       "them apart from the text cells")
+    console.print(roofline_table(rows, f"roofline of {spec.name}: "
+                                       + (ceilings.summary() if ceilings else f"no ceilings ({no_ceilings})")))
+    console.print(ROOFLINE_NOTE)
     if args.out:
         out = {"spec": spec.name, "ref": build.ref, "tree": ws.content_hash(), "engine_args": build.engine_args,
                "startup_s": result.startup_s, "wall_s": wall, "evidence": result.evidence,
-               "isolation": result.evidence.get("isolation"), "repeats": bench.repeats, "cells": rows}
+               "isolation": result.evidence.get("isolation"), "repeats": bench.repeats, "cells": rows,
+               "ceilings": ceilings.to_json() if ceilings else {"omitted": no_ceilings},
+               "roofline_model": served.shape.architecture if served.shape else {"omitted": served.omitted},
+               "prompts": {c.label: bench.prompts_for(c) for c in cells}, "max_concurrency": bench.max_concurrency}
         Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
         err_console.print(f"wrote {args.out}")
     return 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Timer", "CudaTimer", "HostTimer", "Timings", "Guard", "make_timer", "interleave", "evict"]
+__all__ = ["Timer", "CudaTimer", "HostTimer", "WallTimer", "Timings", "Guard", "make_timer", "interleave", "evict"]
 
 _EVENT = torch.cuda.Event
 _SYNC = torch.cuda.synchronize
@@ -87,6 +87,21 @@ class HostTimer(Timer):
             t0 = time.process_time()
             fn()
             out.append((time.process_time() - t0) * 1e6)
+            after(i)
+        return out
+
+
+class WallTimer(Timer):
+    """Wall-clock time per call: a CPU product spread over threads (the served roofline's CPU ceilings) takes
+    less wall time than the CPU time its threads add up to."""
+
+    def time_calls(self, fn: Call, calls: int, *, before: Hook = _nothing, after: Hook = _nothing) -> list[float]:
+        out = []
+        for i in range(calls):
+            before(i)
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e6)
             after(i)
         return out
 

@@ -23,6 +23,12 @@ def _final(overall: SpeedupCI, *, parity_ok: bool = True) -> ABResult:
     return ABResult(a=grid, b=grid, parity=parity, cells={"in128/out32": {"headline": overall}}, overall=overall)
 
 
+def test_a_final_comparison_faster_than_physics_allows_is_not_an_improvement() -> None:
+    impossible = ("in128/out32 took 0.1 s, under its floor of 0.2 s (200% of the host's best measured ceiling)",)
+    ending = judge_ending(1, _final(SpeedupCI(1.29, 1.18, 1.40, 4)), impossible=impossible)
+    assert ending.status == "not-shown" and "roofline" in ending.text and "in128/out32" in ending.text
+
+
 def test_a_final_regression_is_not_an_improvement() -> None:
     """The README's main job once accepted max_num_seqs 32 at 1.120x and measured it at 0.905x [0.857, 0.976]."""
     ending = judge_ending(1, _final(SpeedupCI(0.905, 0.857, 0.976, 4)))

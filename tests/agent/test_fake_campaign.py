@@ -95,6 +95,8 @@ def test_a_code_patch_that_breaks_parity_is_rejected_and_one_that_speeds_up_is_k
     assert cert["ok"] and cert["held"]["identical"] == cert["held"]["prompts"] > 0
     assert cert["tolerance_basis"].endswith("(experiments/results/workload-logprobs.md)")
     assert f"Ratchet-Parity-Certificate: {cert['line']}" in commits[0].message
+    assert set(cert["roofline"]) and all(set(f) == {"mfu", "mbu", "roofline"} and 0 < f["roofline"] < 1
+                                         for f in cert["roofline"].values())
     assert not results[0]["certificate"]["ok"] and results[0]["certificate"]["held"]["mismatches"] > 0
     summary = (end.log_dir / "summary.md").read_text()
     assert "Parity certificate:" in summary and f"- tolerance basis: {cert['tolerance_basis']}" in summary

@@ -9,6 +9,7 @@ from scipy import stats as scistats
 from harness.config import StatsConfig
 from harness.stats import (
     MIN_REPEATS,
+    Physical,
     SpeedupCI,
     check_repeats,
     confirm_chance,
@@ -176,3 +177,18 @@ def test_the_confirmations_chance_is_its_power_at_the_screens_ratio() -> None:
     assert confirm_chance(higher, pairs, CFG) > confirm_chance(screen, pairs, CFG)   # type: ignore[operator]
     assert confirm_chance(screen, 16, CFG) > 0.5                                       # type: ignore[operator]
     assert confirm_chance(SpeedupCI(1.5, 1.4, 1.6, 4), 8, CFG) is None               # no standard error: no check
+
+
+def test_a_cell_faster_than_its_physical_floor_is_quarantined_before_any_ratio_is_judged() -> None:
+    good = SpeedupCI(1.10, 1.05, 1.15, 8, se_log=0.02, df=7)
+    cells = {"in512/out1": good, "in512/out64": good}
+    under = {"in512/out1": Physical(measured_s=2.0, floor_s=1.0), "in512/out64": Physical(4.0, 1.0)}
+    assert decide(good, cells, CFG, physics=under).accept
+    over = {**under, "in512/out1": Physical(measured_s=0.5, floor_s=1.0)}
+    for stage in ("screen", "confirm"):
+        verdict = decide(good, cells, CFG, stage=stage, physics=over)
+        assert verdict.quarantine and not verdict.accept, verdict
+        assert verdict.reason.startswith("impossible") and "in512/out1" in verdict.reason
+        assert "in512/out64" not in verdict.reason
+    huge = SpeedupCI(20.0, 19.0, 21.0, 8, se_log=0.01, df=7)     # the ratio ceiling stays the second rule
+    assert decide(huge, {"in512/out1": huge}, CFG, physics=under).reason.count("plausibility ceiling") == 1
