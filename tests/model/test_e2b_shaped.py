@@ -114,9 +114,11 @@ def _shrunk_run(tmp_path: Path, out: Path, *more: str) -> subprocess.CompletedPr
 
 @pytest.fixture(scope="module")
 def reported_runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, subprocess.CompletedProcess[str]]]:
-    """Two shrunk runs with the same seed whose weights are written whatever the check says (`--check report`)."""
+    """Two shrunk runs with the same seed whose weights are written whatever the check says (`--check report`), the
+    check run after every step."""
     tmp = tmp_path_factory.mktemp("e2bs")
-    return [(tmp / name, _shrunk_run(tmp, tmp / name, "--check", "report")) for name in ("a", "b")]
+    more = ("--check", "report", "--min-steps", "1", "--check-every", "1", "--check-below", "100")
+    return [(tmp / name, _shrunk_run(tmp, tmp / name, *more)) for name in ("a", "b")]
 
 
 def test_the_training_script_writes_a_checkpoint_with_what_vllm_026_needs(
@@ -129,6 +131,7 @@ def test_the_training_script_writes_a_checkpoint_with_what_vllm_026_needs(
     record = json.loads((out / "training.json").read_text())
     assert record["shrunk"] and [h["step"] for h in record["history"]] == [0, 1]
     assert record["check"]["passed"] is False and record["check"]["positions"] == 4 * 64
+    assert [c["step"] for c in record["checks_during_training"]] == [0, 1] and record["steps_run"] == 2
     assert "MARGIN CHECK FAILED" in done.stderr and "weights written anyway" in done.stderr
     assert {r["part"].split(" (")[0] for r in record["sensitivity_x1.1"]} >= {
         "sliding attention", "full attention", "PLE token table", "PLE projection", "MLP"}
