@@ -282,6 +282,12 @@ def _parents(path: Path, made: set[Path]) -> list[str]:
 _PATH_TOOLS = HostTools()
 
 
+def _setpriv() -> str:
+    """setpriv runs inside the sandbox from the host's /usr: its real path there, whatever PATH the caller has."""
+    found = shutil.which("setpriv")
+    return str(Path(found).resolve()) if found else "setpriv"
+
+
 def _bwrap_argv(launch: Launch, *, gpus: int = 0, tools: HostTools = _PATH_TOOLS,
                 gpu_nodes: list[Path] | None = None, gpu_libs: list[Path] | None = None) -> list[str]:
     """bwrap's argv for `launch`; with GPUs, `gpu_nodes` and `gpu_libs` default to this host's."""
@@ -311,7 +317,7 @@ def _bwrap_argv(launch: Launch, *, gpus: int = 0, tools: HostTools = _PATH_TOOLS
             argv += ["--dev-bind", str(node), str(node)]
     argv += ["--chdir", "/tmp", "--",
              # root inside only long enough to mount; the server itself runs unprivileged
-             "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+             _setpriv(), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     args = list(launch.argv)
     for i, arg in enumerate(args[:-1]):
