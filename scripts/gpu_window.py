@@ -20,6 +20,7 @@ Each step prints its own seconds; exit status 1 if any check fails.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -231,6 +232,10 @@ def dry_run(args: argparse.Namespace) -> int:
         work = Path(tmp)
         if "bundle" in steps:
             ok &= timed(f"bundle {args.bundle}: checksums and restore", lambda: check_bundle(args.bundle, work / "re"))
+        if "kernels" in steps and not all(importlib.util.find_spec(m) for m in ("torch", "triton")):
+            print("== kernel patches: FAILED, not checked: this python has no torch or triton (the CPU set-up's .venv "
+                  "has both: ./setup.sh, or PY=... for scripts/gpu-window.sh)")
+            ok, steps = False, steps - {"kernels"}
         if "kernels" in steps:
             wheels = sorted((work / "re").glob("vllm-0.26.0-*.whl")) or sorted(args.wheels.glob("vllm-0.26.0-*.whl"))
             if not wheels:
