@@ -85,9 +85,9 @@ PLAN = [
      "at once and runs while the parts arrive", True),
     ("stage", "bash scripts/gpu-stage.sh", None, f"{STAGE_S_PER_PART} s a part (5 parts of 58 MiB: 2-3 min on the "
      "H200 host), the part count from the bundle", False),
-    ("setup", "bash scripts/gpu-setup.sh", 75, "restore ~15 s and pip install ~30 s of the bundle (timed on this "
-     "CPU by the dry run's bundle step and a pip install into a scratch target), tools 1 s, imports and tokenizer "
-     "~10 s, the workspace copy ~20 s", False),
+    ("setup", "bash scripts/gpu-setup.sh", 50, "the bundle's restore and pip install took 13 s on a 2-core CPU "
+     "(install_bundle.py into a Python 3.12 venv), the tools 1 s, imports and tokenizer ~10 s, the workspace copy "
+     "~20 s", False),
     ("first cell", "CELLS=in2048/out128 REPEATS=1 bash scripts/gpu-measure.sh", 200, "a cold server start of the E2B "
      "spec, 169-184 s on an H200 (results/compile-cache-startup-h200.json; 184 s in an offline benchmark of E2B), "
      "and one run with its warm-ups; waits for the training first", False),
