@@ -41,7 +41,9 @@ STUBS = {
     "vllm/platforms/__init__.py": (
         "import torch\n\n\nclass _Platform:\n    def fp8_dtype(self):\n        return torch.float8_e4m3fn\n\n"
         "    def is_device_capability_family(self, family):\n"
-        "        return torch.cuda.get_device_capability()[0] * 10 == family\n\n\ncurrent_platform = _Platform()\n"),
+        "        # False on CPU (scripts/gpu_window.py runs the kernels in Triton's interpreter)\n"
+        "        return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] * 10 == family\n\n\n"
+        "current_platform = _Platform()\n"),
     "vllm/triton_utils/__init__.py": "import triton\nfrom triton import language as tl\n\n__all__ = ['tl', 'triton']\n",
 }
 

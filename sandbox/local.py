@@ -4,7 +4,8 @@
 and process-group cleanup, nothing more; candidate code runs as this user. Logs and reports say so.
 
 `LocalBackend(isolation="netns")` (spec `bwrap`; `auto` picks it where dockerd is absent; root, `ip`,
-`iptables`, `bwrap` and `setpriv` needed): the server runs in its own network namespace joined to the
+`iptables`, `bwrap` and `setpriv` needed; the first three from PATH or from the folder RATCHET_SANDBOX_TOOLS names,
+sandbox/host_tools.py): the server runs in its own network namespace joined to the
 host by a veth pair on a private /30 (the host reaches it at the namespace's address; a host firewall
 rule admits only replies from it and nothing is forwarded), inside bubblewrap with a fresh root that
 holds only what a server needs, read-only: /usr, /lib*, /bin, /sbin, /etc, /sys, the interpreter and its
@@ -12,7 +13,8 @@ venv, the workspace, the model and the mounts. HOME, /tmp, /run and /dev/shm are
 harness, the logs, the signing key, the held prompts and other builds' trees are not there at all.
 Inside, `setpriv` drops to uid/gid 10001 with no capabilities (bounding set cleared, no_new_privs) before
 the server starts, so even a path that is bound is only as readable as it is to an unprivileged user.
-GPU device nodes (/dev/nvidia*) are bound when the spec asks for GPUs. No memory/CPU/pids limits.
+When the spec asks for GPUs, the device nodes (/dev/nvidia*, nvidia-caps) are bound as devices and the driver's
+library folders outside /usr and /lib* read-only. No memory/CPU/pids limits.
 
 Either way the server's working directory is an empty folder outside the campaign's log folder
 (`server_cwd`), so nothing it writes by a relative path lands beside the log.
@@ -40,6 +42,7 @@ import psutil
 
 from sandbox.base import Launch, copy_out
 from sandbox.errors import BackendUnavailable, LaunchFailed
+from sandbox.host_tools import SYSTEM_PATHS, HostTools, gpu_device_nodes, gpu_library_dirs, host_tools
 
 __all__ = ["LocalBackend", "LocalRunning", "server_cwd", "SERVER_CWD_ROOT"]
 
@@ -189,15 +192,16 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _ip(*args: str) -> None:
-    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+def _ip(tools: HostTools, *args: str) -> None:
+    proc = subprocess.run([*tools.ip, *args], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         raise LaunchFailed(f"ip {' '.join(args)} failed: {proc.stderr.strip()}")
 
 
-def _iptables(action: str, chain: str, *rule: str, tag: str) -> None:
-    argv = ["iptables", "-w", "10", action, chain, *rule, "-m", "comment", "--comment", tag, "-j", "DROP"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+def _iptables(tools: HostTools, action: str, chain: str, *rule: str, tag: str) -> None:
+    argv = [*tools.iptables, "-w", "10", action, chain, *rule, "-m", "comment", "--comment", tag, "-j", "DROP"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **dict(tools.iptables_env)})
     if proc.returncode != 0 and action == "-I":
         raise LaunchFailed(f"{' '.join(argv)} failed: {proc.stderr.strip()}")
 
@@ -223,6 +227,7 @@ class _Netns:
     host_ip: str
     ns_ip: str
     tag: str
+    tools: HostTools = HostTools()
 
     def rules(self) -> list[tuple[str, tuple[str, ...]]]:
         return [("INPUT", ("-i", self.host_if, "-m", "conntrack", "!", "--ctstate", "ESTABLISHED,RELATED")),
@@ -230,29 +235,27 @@ class _Netns:
 
     def up(self) -> None:
         ns_if = "rtc" + self.host_if[3:]
-        _ip("netns", "add", self.name)
-        _ip("link", "add", self.host_if, "type", "veth", "peer", "name", ns_if)
-        _ip("link", "set", ns_if, "netns", self.name)
-        _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
-        _ip("link", "set", self.host_if, "up")
-        _ip("-n", self.name, "addr", "add", f"{self.ns_ip}/30", "dev", ns_if)
-        _ip("-n", self.name, "link", "set", ns_if, "up")
-        _ip("-n", self.name, "link", "set", "lo", "up")
+        ip = functools.partial(_ip, self.tools)
+        ip("netns", "add", self.name)
+        ip("link", "add", self.host_if, "type", "veth", "peer", "name", ns_if)
+        ip("link", "set", ns_if, "netns", self.name)
+        ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        ip("link", "set", self.host_if, "up")
+        ip("-n", self.name, "addr", "add", f"{self.ns_ip}/30", "dev", ns_if)
+        ip("-n", self.name, "link", "set", ns_if, "up")
+        ip("-n", self.name, "link", "set", "lo", "up")
         for chain, rule in self.rules():
-            _iptables("-I", chain, *rule, tag=self.tag)
+            _iptables(self.tools, "-I", chain, *rule, tag=self.tag)
 
     def down(self) -> None:
         for chain, rule in self.rules():
-            _iptables("-D", chain, *rule, tag=self.tag)
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=30)
+            _iptables(self.tools, "-D", chain, *rule, tag=self.tag)
+        subprocess.run([*self.tools.ip, "netns", "del", self.name], capture_output=True, timeout=30)
+        subprocess.run([*self.tools.ip, "link", "del", self.host_if], capture_output=True, timeout=30)
 
 
 SANDBOX_UID = 10001
 SANDBOX_HOME = "/tmp/home"
-# The system's read-only parts a Python server needs (the loader, libraries, CA/locale/config files, CPU
-# topology in /sys that vLLM's CPU backend reads); anything else comes in only by name.
-_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc", "/sys")
 
 
 def _interpreter_paths(python: str) -> list[Path]:
@@ -276,16 +279,23 @@ def _parents(path: Path, made: set[Path]) -> list[str]:
     return out
 
 
-def _gpu_nodes() -> list[Path]:
-    return sorted(p for p in Path("/dev").glob("nvidia*") if p.exists())
+_PATH_TOOLS = HostTools()
 
 
-def _bwrap_argv(launch: Launch, *, gpus: int = 0) -> list[str]:
-    argv = ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+def _setpriv() -> str:
+    """setpriv runs inside the sandbox from the host's /usr: its real path there, whatever PATH the caller has."""
+    found = shutil.which("setpriv")
+    return str(Path(found).resolve()) if found else "setpriv"
+
+
+def _bwrap_argv(launch: Launch, *, gpus: int = 0, tools: HostTools = _PATH_TOOLS,
+                gpu_nodes: list[Path] | None = None, gpu_libs: list[Path] | None = None) -> list[str]:
+    """bwrap's argv for `launch`; with GPUs, `gpu_nodes` and `gpu_libs` default to this host's."""
+    argv = [*tools.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run",
             "--perms", "1777", "--tmpfs", "/dev/shm",
             "--dir", SANDBOX_HOME, "--chmod", "0777", SANDBOX_HOME]
-    for system in _SYSTEM_PATHS:
+    for system in SYSTEM_PATHS:
         if Path(system).is_symlink():        # merged /usr: /bin -> usr/bin
             argv += ["--symlink", os.readlink(system), system]
         elif Path(system).exists():
@@ -293,20 +303,21 @@ def _bwrap_argv(launch: Launch, *, gpus: int = 0) -> list[str]:
     # The tree, the model and mounts, the interpreter and venv, and any file the command line names: the
     # same paths inside, read-only. Nothing else of the host's filesystem exists in there.
     named = [Path(a) for a in launch.argv if a.startswith("/") and Path(a).exists()]
-    wanted = [launch.workspace, *(m.source for m in launch.mounts), *_interpreter_paths(launch.argv[0]), *named]
+    libs = (gpu_library_dirs() if gpu_libs is None else gpu_libs) if gpus else []
+    wanted = [launch.workspace, *(m.source for m in launch.mounts), *_interpreter_paths(launch.argv[0]), *named, *libs]
     seen: list[Path] = []
     made: set[Path] = set()
     for path in sorted({Path(p).resolve() for p in wanted}, key=lambda p: len(p.parts)):
-        if any(path.is_relative_to(s) for s in seen) or any(path.is_relative_to(s) for s in _SYSTEM_PATHS):
+        if any(path.is_relative_to(s) for s in seen) or any(path.is_relative_to(s) for s in SYSTEM_PATHS):
             continue
         seen.append(path)
         argv += _parents(path, made) + ["--ro-bind", str(path), str(path)]
     if gpus:
-        for node in _gpu_nodes():
+        for node in gpu_device_nodes() if gpu_nodes is None else gpu_nodes:
             argv += ["--dev-bind", str(node), str(node)]
     argv += ["--chdir", "/tmp", "--",
              # root inside only long enough to mount; the server itself runs unprivileged
-             "setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
+             _setpriv(), f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups",
              "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
     args = list(launch.argv)
     for i, arg in enumerate(args[:-1]):
@@ -329,16 +340,18 @@ def _netns_env(env: dict[str, str], workspace: Path) -> dict[str, str]:
 
 
 @functools.cache
-def _probe_bwrap() -> str:
-    """Start one real sandbox, once per process (every server start checks): "" when it works, else why not."""
+def _probe_bwrap(tools: HostTools) -> str:
+    """Start one real sandbox, once per process and tools (every server start checks): "" when it works, else why
+    not."""
     probe = Launch(name="probe", argv=("/usr/bin/true",), workspace=Path("/usr"), env={}, port=0,
                    log_path=Path("/dev/null"))
     try:
-        proc = subprocess.run(_bwrap_argv(probe), capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(_bwrap_argv(probe, tools=tools), capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not start a sandbox here: {exc}"
     if proc.returncode != 0:
-        return f"bwrap could not start a sandbox here (mount namespaces refused?): {proc.stderr.strip()[-300:]}"
+        return (f"bwrap ({tools.describe()}) could not start a sandbox here (mount namespaces refused?): "
+                f"{proc.stderr.strip()[-300:]}")
     return ""
 
 
@@ -359,30 +372,31 @@ class LocalBackend:
         return self._start_plain(launch)
 
     @staticmethod
-    def check_netns(*, gpus: int = 0) -> None:
-        """What this host lacks for the bwrap backend, as BackendUnavailable; probes a real sandbox."""
+    def check_netns(*, gpus: int = 0) -> HostTools:
+        """The tools the bwrap backend runs; what this host lacks for it as BackendUnavailable (probes a real
+        sandbox)."""
         if os.geteuid() != 0:
             raise BackendUnavailable("the bwrap sandbox needs root (ip netns, iptables, the uid switch); run as "
                                      "root or use the docker backend")
-        for tool, package in (("ip", "iproute2"), ("bwrap", "bubblewrap"), ("iptables", "iptables"),
-                              ("setpriv", "util-linux")):
-            if shutil.which(tool) is None:
-                raise BackendUnavailable(f"{tool} not found; apt-get install -y {package}")
-        if gpus and not _gpu_nodes():
+        tools = host_tools()
+        if shutil.which("setpriv") is None:       # runs inside the sandbox, from the host's /usr
+            raise BackendUnavailable("setpriv not found; apt-get install -y util-linux")
+        if gpus and not gpu_device_nodes():
             raise BackendUnavailable("the spec asks for GPUs but /dev/nvidia* does not exist on this host")
-        why = _probe_bwrap()
+        why = _probe_bwrap(tools)
         if why:
             raise BackendUnavailable(why)
+        return tools
 
     def _start_netns(self, launch: Launch) -> LocalRunning:
-        self.check_netns(gpus=self.gpus)
+        tools = self.check_netns(gpus=self.gpus)
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         cwd = server_cwd(launch.log_path)
         launch_id = secrets.token_hex(4)
         host_ip, ns_ip = _free_slash30()
         ns = _Netns(name=f"rt-{launch_id}", host_if=f"rth{launch_id}", host_ip=host_ip, ns_ip=ns_ip,
-                    tag=f"ratchet:rt-{launch_id}")
-        argv = ["ip", "netns", "exec", ns.name, *_bwrap_argv(launch, gpus=self.gpus)]
+                    tag=f"ratchet:rt-{launch_id}", tools=tools)
+        argv = [*tools.ip, "netns", "exec", ns.name, *_bwrap_argv(launch, gpus=self.gpus, tools=tools)]
         try:
             ns.up()
             with open(launch.log_path, "ab") as log:

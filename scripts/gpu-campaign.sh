@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A serving campaign on an offline GPU host (vLLM from ratchet's bundle), driven by several commands within a fixed
 # budget of GPU time:
-#   scripts/gpu-campaign.sh train     start training the E2B-shaped parity checkpoint (~6 min on an H200) in its own
+#   scripts/gpu-campaign.sh train     start training the E2B-shaped parity checkpoint (~1.5 min estimated on an H200) in its own
 #                                     session, with a private copy of the host's transformers, so that it runs
 #                                     while the bundle parts are carried over and installed
 #   scripts/gpu-campaign.sh start     after scripts/gpu-stage.sh has gathered every bundle part: install the
@@ -13,11 +13,10 @@
 #                                     leave the log (tgz), the report and the console output in $OUT
 # GPU_TIME_LEFT_S (s, for `start`): what the budget of GPU time has left; the loop's wall budget is derived from it
 # (WINDOW_LEFT_S, its earlier name, is read too). WALL_S sets the loop's wall budget itself.
-# SANDBOX_BACKEND (for `start`): run the spec with this sandbox.backend instead of its own (auto). A host with
-# neither Docker nor bubblewrap (and no package index to install them) can only run `unisolated`, which the spec
-# must then say by name; this writes it into the campaign's copy of the spec and says so. Only for proposers
-# whose candidates are serving.yaml edits (search), or for kernel patches files given by name (KERNEL_SPEC): the llm
-# proposer refuses an unisolated sandbox anyway.
+# SANDBOX_BACKEND (for `start`): run the spec with this sandbox.backend instead of its own (auto; scripts/gpu-lib.sh
+# writes the copy and says so). `auto` isolates with the bundle's bubblewrap on a host without Docker;
+# `unisolated` (by name) only for proposers whose candidates are serving.yaml edits (search), or for kernel
+# patches files given by name (KERNEL_SPEC): the llm proposer refuses an unisolated sandbox anyway.
 # KERNEL_SPEC (for `start`): run a two-stage kernel campaign instead, `ratchet kernel KERNEL_SPEC --serving SPEC`:
 # the kernel stage on vLLM's installed attention kernel, then stock vs its best served end to end by SPEC (e.g.
 # KERNEL_SPEC=experiments/vllm-unified-attention-e2b.yaml SPEC=experiments/gemma4-e2b-gpu-kernel-serving.yaml).
@@ -25,6 +24,7 @@
 # Its wall budget is the kernel stage's; the serving stage runs after it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-lib.sh
 STATE=/var/tmp/ratchet-campaign
 SRC=$STATE/src
 SPEC=${SPEC:-experiments/gemma4-e2b-gpu-campaign.yaml}
@@ -44,15 +44,11 @@ training() { [ -f "$STATE/train.pid" ] && kill -0 "$(cat "$STATE/train.pid")" 2>
 prepare() {
   # the checkout may be refreshed before the next command; the campaign reads its own copy (bundle parts left out)
   rm -rf "$SRC" && mkdir -p "$SRC"
-  tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
+  tar --exclude=./.bundle --exclude=./.whl --exclude=./.git -cf - . | (cd "$SRC" && tar xf -)
   cd "$SRC"
-  if [ -n "${SANDBOX_BACKEND:-}" ]; then
-    case "$SANDBOX_BACKEND" in auto|docker|bwrap|unisolated) ;; *) echo "SANDBOX_BACKEND: $SANDBOX_BACKEND?"; return 2;; esac
-    sed -i "s/^  backend: [a-z]*\( .*\)\?$/  backend: $SANDBOX_BACKEND   # SANDBOX_BACKEND (scripts\/gpu-campaign.sh)/" "$SPEC"
-    grep -q "^  backend: $SANDBOX_BACKEND " "$SPEC" || { echo "could not set sandbox.backend in $SPEC"; return 1; }
-    echo "sandbox.backend: $SANDBOX_BACKEND (set by SANDBOX_BACKEND for this campaign)" | tee -a "$STATE/gpu.txt"
-  fi
-  # Parity runs on the E2B-shaped checkpoint, trained on this host once (~6 min on an H200; measured with the
+  SPEC=$(spec_for_backend "$SPEC") || return 2
+  [ -z "${SANDBOX_BACKEND:-}" ] || echo "sandbox.backend: $SANDBOX_BACKEND (set by SANDBOX_BACKEND)" >> "$STATE/gpu.txt"
+  # Parity runs on the E2B-shaped checkpoint, trained on this host once (~1.5 min estimated on an H200; measured with the
   # host's transformers, before the bundle installs its own). The weights live outside the copied tree.
   if training; then   # started by `train`: wait for it (set-up below would otherwise compete for the GPU)
     SKIP_WORKSPACE=1 ${SETUP:-scripts/gpu-setup.sh} || return 1

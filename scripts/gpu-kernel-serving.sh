@@ -23,8 +23,11 @@
 #            values for every cell)
 #   PATCHES  the patches applied in order on top of stock vLLM (default: the prelude, window-segments,
 #            h200-prefill-tunables of experiments/kernels/vllm_unified_attention/)
+#   SANDBOX_BACKEND   run the servers with this sandbox.backend instead of the spec's (auto: Docker, else the
+#            bundle's bubblewrap); `unisolated` by name as before (scripts/gpu-lib.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-lib.sh
 STATE=/var/tmp/kernel-serving
 OUT=${OUT:-/var/tmp/out}
 SPEC=${SPEC:-experiments/gemma4-e2b-gpu-campaign.yaml}
@@ -85,8 +88,9 @@ start)
   rm -rf "$STATE" && mkdir -p "$STATE/src"
   # The A/B runs from its own copy of the checkout (bundle parts left out), as scripts/gpu-campaign.sh does: a host
   # may copy the checkout again before the next command, and the harness it imports is on the measurement path.
-  tar --exclude=./.bundle --exclude=./.git -cf - . | (cd "$STATE/src" && tar xf -)
+  tar --exclude=./.bundle --exclude=./.whl --exclude=./.git -cf - . | (cd "$STATE/src" && tar xf -)
   cd "$STATE/src"
+  SPEC=$(spec_for_backend "$SPEC") || exit 2
   SKIP_WORKSPACE=1 scripts/gpu-setup.sh || exit 1
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$STATE/gpu.txt"
   cat > "$STATE/driver.py" <<'PY'
@@ -109,7 +113,7 @@ load = {k: int(os.environ[v]) for k, v in (("num_prompts", "NUM_PROMPTS"), ("max
 bench = spec.benchmark.model_copy(update={"input_lens": ins, "output_lens": outs, "prefill": True,
                                           "only": cells, "repeats": int(os.environ["REPEATS"]), **load})
 assert [c.label for c in bench.cells()] == cells, bench.cells()
-sandbox = spec.sandbox.model_copy(update={"backend": "unisolated"})   # no docker or bwrap on this host
+sandbox = spec.sandbox   # the spec's (SANDBOX_BACKEND: a copy naming another, scripts/gpu-lib.sh)
 ws = Workspace.create(state / "ws", serving=dict(spec.server.engine_args))
 stock = ws.head()
 for patch in os.environ["PATCHES"].split():

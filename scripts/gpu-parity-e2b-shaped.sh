@@ -7,17 +7,16 @@
 #      change makes, which a logprob tolerance must sit above)
 #   3. the planted bugs (experiments/models/gemma4-e2b-shaped/planted/*.patch), each on its own workspace
 # Every run writes `ratchet parity --report` JSON and its console output to $OUT. The spec is the shipped
-# experiments/gemma4-e2b-gpu.yaml with the sandbox named `unisolated` (this measures parity, not isolation;
-# use `auto` on a host with Docker or bubblewrap).   STEPS="ref aa eager planted" selects steps.
+# experiments/gemma4-e2b-gpu.yaml (sandbox auto: the bundle's bubblewrap on a host without Docker);
+# SANDBOX_BACKEND=unisolated names another (scripts/gpu-lib.sh).   STEPS="ref aa eager planted" selects steps.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-lib.sh
 OUT=${OUT:-/var/tmp/out}
 W=${W:-/var/tmp/e2bs-parity}
 STEPS=${STEPS:-ref aa eager planted}
 mkdir -p "$W" "$OUT"
-SPEC=experiments/.e2bs-parity-unisolated.yaml
-sed -e 's/^  backend: auto.*/  backend: unisolated/' experiments/gemma4-e2b-gpu.yaml > "$SPEC"
-grep -q 'backend: unisolated' "$SPEC" || { echo "could not name the sandbox in $SPEC"; exit 2; }
+SPEC=$(spec_for_backend experiments/gemma4-e2b-gpu.yaml) || exit 2
 
 workspace() {  # workspace NAME [PATCH] [ENGINE_ARG=VALUE]
   local ws=$W/ws-$1

@@ -1,6 +1,6 @@
 """Installing ratchet: the embedded default's exact versions (constraints.txt) lie inside pyproject.toml's
 ranges, and those ranges fit a user's own vLLM environment: vLLM 0.26.0's Requires-Dist and the packages of a
-GPU host image (experiments/results/). The requirement reading is sandbox/bundle.py's (HostPackages, markers)."""
+GPU host image (experiments/results/). The requirement reading is sandbox/bundle_build.py's (HostPackages, markers)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sandbox.bundle import HostPackages, Target, normalize
+from sandbox.bundle import normalize
+from sandbox.bundle_build import HostPackages, Target
 from tests.conftest import ROOT
 
 RESULTS = ROOT / "experiments" / "results"

@@ -1,5 +1,5 @@
-"""sandbox/bundle.py: the resolver, file dropping, chunking and the stdlib-only installer, on small wheels
-built here (no network: `fetch` only copies from a local folder)."""
+"""sandbox/bundle.py and bundle_build.py: the resolver, file dropping, packing, chunking and the stdlib-only installer,
+on small wheels built here (no network: `fetch` only copies from a local folder)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main as ratchet
-from sandbox.bundle import (
-    MANIFEST,
-    BundleError,
-    HostPackages,
-    Target,
-    build,
-    drop_files,
-    install,
-    reassemble,
-    resolve,
-)
+from sandbox.bundle import MANIFEST, BundleError, install, reassemble
+from sandbox.bundle_build import HostPackages, Target, build, drop_files, resolve
 
 PY312 = Target(python="3.12", platforms=("manylinux_2_28_x86_64",))
 
@@ -48,7 +39,7 @@ def make_wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ..
 
 def local_fetch(index: Path, calls: list[str] | None = None):  # type: ignore[no-untyped-def]
     """A fetch that copies the newest matching wheel from `index` (a stand-in for pip download)."""
-    from sandbox.bundle import _matching
+    from sandbox.bundle_build import _matching
 
     def fetch(requirement: str, dest: Path) -> Path:
         if calls is not None:
@@ -205,3 +196,72 @@ def test_ratchet_bundle_install_reports_a_bad_bundle_with_exit_code_2(tmp_path: 
     (out / "part-000" / "chunk-000.bin").unlink()
     assert ratchet(["bundle", "install", str(out), "--dry-run"]) == 2
     assert "chunk-000.bin not found" in capsys.readouterr().err
+
+
+def _packed_bundle(tmp_path: Path, index: Path, *, carried: Path) -> Path:
+    out = tmp_path / "packed"
+    make_wheel(index, "padding", "1.0", files={"padding/data.bin": bytes(20000) + random.Random(0).randbytes(2048)})
+    build(["app==1.0", "padding"], out=out, target=PY312, host=HostPackages(), cache=tmp_path / "cache",
+          fetch=local_fetch(index), chunk_mb=4096 / 2**20, files=[carried], packing="xz")
+    return out
+
+
+def test_xz_packing_restores_stored_wheels_with_the_same_members_and_carries_files(tmp_path: Path,
+                                                                                   index: Path) -> None:
+    deb = tmp_path / "tool_1.0_amd64.deb"
+    deb.write_bytes(b"!<arch>\n" + bytes(5000))
+    out = _packed_bundle(tmp_path, index, carried=deb)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["format"] == "ratchet-bundle/2" and manifest["packing"] == "xz"
+    assert manifest["total_bytes"] < manifest["unpacked_bytes"]       # the zeros compress
+    assert [f["file"] for f in manifest["files"]] == [deb.name]
+    restored = {p.name: p for p in reassemble(out, work=tmp_path / "re")}
+    for wheel in (tmp_path / "cache").glob("*.whl"):
+        if wheel.name not in restored:
+            continue
+        with zipfile.ZipFile(wheel) as a, zipfile.ZipFile(restored[wheel.name]) as b:
+            assert a.namelist() == b.namelist()
+            assert all(a.read(n) == b.read(n) for n in a.namelist())
+            assert {i.compress_type for i in b.infolist()} == {zipfile.ZIP_STORED}
+    assert restored[deb.name].read_bytes() == deb.read_bytes()
+    site, files = tmp_path / "site", tmp_path / "files"
+    install(out, target=site, files_to=files)
+    assert (site / "padding" / "data.bin").stat().st_size == 22048
+    assert (files / deb.name).read_bytes() == deb.read_bytes()
+
+
+def test_packed_blobs_are_cached_and_a_corrupt_packed_chunk_is_still_caught(tmp_path: Path, index: Path) -> None:
+    deb = tmp_path / "tool.deb"
+    deb.write_bytes(b"deb")
+    out = _packed_bundle(tmp_path, index, carried=deb)
+    blobs = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache" / "packed").glob("*.xz")}
+    assert len(blobs) == 5       # 4 wheels and the file
+    build(["app==1.0", "padding"], out=tmp_path / "again", target=PY312, host=HostPackages(), cache=tmp_path / "cache",
+          fetch=local_fetch(index), files=[deb], packing="xz")
+    assert {p: p.stat().st_mtime_ns for p in blobs} == blobs
+    chunk = out / "part-000" / "chunk-000.bin"
+    data = bytearray(chunk.read_bytes())
+    data[-1] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="chunk-000.bin is corrupt"):
+        reassemble(out, work=tmp_path / "re")
+
+
+def test_a_bundle_of_the_first_format_still_installs(tmp_path: Path, index: Path) -> None:
+    out = _bundle(tmp_path, index)
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["format"] = "ratchet-bundle/1"
+    for key in ("files", "packing", "unpacked_bytes"):
+        manifest.pop(key)
+    for rec in manifest["wheels"]:
+        rec.pop("packed"), rec.pop("unpacked_size")
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    assert len(reassemble(out, work=tmp_path / "re")) == 4
+
+
+def test_a_pin_file_may_carry_comments(tmp_path: Path) -> None:
+    from sandbox.bundle_build import read_pins
+
+    pins = tmp_path / "pins.txt"
+    pins.write_text("# one name==version a line\nfoo-bar==1.2  # why\nBaz_Q-2.0-py3-none-any.whl\n")
+    assert read_pins(pins) == {"foo-bar": "1.2", "baz-q": "2.0"}

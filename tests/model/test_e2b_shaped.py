@@ -11,9 +11,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
+import torch
 from safetensors import safe_open
 
 from agent.campaign import check_checkpoints, check_parity_coverage, checkpoint_digest
@@ -95,16 +97,42 @@ def test_a_parity_checkpoint_without_weights_is_refused_with_what_to_do(tmp_path
     assert checkpoint_digest(model) == {"model.safetensors": hashlib.sha256(b"weights").hexdigest()}
 
 
-def test_the_training_script_writes_a_checkpoint_with_what_vllm_026_needs(tmp_path: Path) -> None:
-    """A shrunk model (same layout, 1M parameters) for two steps on CPU: the files, the k_norm weights vLLM 0.26
-    wants on KV-shared layers, and the training record."""
-    out = tmp_path / "ckpt"
+def _few_held(tmp_path: Path) -> Path:
+    """Four short held prompts: the check's own code path at a size a CPU runs in seconds."""
+    rows = [r for r in _rows("gemma4-e2b-shaped-parity.jsonl") if len(r["prompt_token_ids"]) < 200][:4]  # type: ignore[arg-type]
+    path = tmp_path / "held.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _shrunk_run(tmp_path: Path, out: Path, *more: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, str(HERE / "train.py"), "--shrink", "--out", str(out), "--steps", "2", "--seq-len", "640",
-            "--long-len", "700", "--long-every", "2", "--long-batch", "1", "--eval-lengths", "700", "--device", "cpu"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            "--long-len", "700", "--long-every", "2", "--long-batch", "1", "--eval-lengths", "700", "--device", "cpu",
+            "--held", str(_few_held(tmp_path)), *more]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def reported_runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, subprocess.CompletedProcess[str]]]:
+    """Two shrunk runs with the same seed whose weights are written whatever the check says (`--check report`), the
+    check run after every step."""
+    tmp = tmp_path_factory.mktemp("e2bs")
+    more = ("--check", "report", "--min-steps", "1", "--check-every", "1", "--check-below", "100")
+    return [(tmp / name, _shrunk_run(tmp, tmp / name, *more)) for name in ("a", "b")]
+
+
+def test_the_training_script_writes_a_checkpoint_with_what_vllm_026_needs(
+        reported_runs: list[tuple[Path, subprocess.CompletedProcess[str]]]) -> None:
+    """A shrunk model (same layout, 1M parameters) for two steps on CPU: the files, the k_norm weights vLLM 0.26
+    wants on KV-shared layers, and the training record. (Changed with the margin check: two steps cannot pass it,
+    so this run reports it rather than enforces it.)"""
+    out, done = reported_runs[0]
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads((out / "training.json").read_text())
     assert record["shrunk"] and [h["step"] for h in record["history"]] == [0, 1]
+    assert record["check"]["passed"] is False and record["check"]["positions"] == 4 * 64
+    assert [c["step"] for c in record["checks_during_training"]] == [0, 1] and record["steps_run"] == 2
+    assert "MARGIN CHECK FAILED" in done.stderr and "weights written anyway" in done.stderr
     assert {r["part"].split(" (")[0] for r in record["sensitivity_x1.1"]} >= {
         "sliding attention", "full attention", "PLE token table", "PLE projection", "MLP"}
     cfg = json.loads((out / "config.json").read_text())
@@ -114,6 +142,76 @@ def test_the_training_script_writes_a_checkpoint_with_what_vllm_026_needs(tmp_pa
     shared = range(cfg["num_hidden_layers"] - cfg["num_kv_shared_layers"], cfg["num_hidden_layers"])
     assert all(f"model.layers.{i}.self_attn.k_norm.weight" in names for i in shared)
     assert record["added_k_norms"]
+    assert record["weights_sha256"] == hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_a_seeded_rebuild_on_cpu_gives_the_same_weights(
+        reported_runs: list[tuple[Path, subprocess.CompletedProcess[str]]]) -> None:
+    assert all(done.returncode == 0 for _, done in reported_runs)
+    a, b = (json.loads((out / "training.json").read_text()) for out, _ in reported_runs)
+    assert a["weights_sha256"] == b["weights_sha256"] and a["deterministic_algorithms"]
+
+
+def test_a_checkpoint_that_fails_the_margin_check_is_not_written_and_says_why(tmp_path: Path) -> None:
+    out = tmp_path / "ckpt"
+    done = _shrunk_run(tmp_path, out)
+    assert done.returncode == 1
+    assert "MARGIN CHECK FAILED after 2 steps" in done.stderr and "no weights written" in done.stderr
+    assert not (out / "model.safetensors").exists()
+    assert json.loads((out / "training.json").read_text())["check"]["passed"] is False
+
+
+def test_the_margin_check_weakened_is_refused_for_a_real_checkpoint(tmp_path: Path) -> None:
+    for more in (["--check", "report"], ["--held", str(tmp_path / "held.jsonl")]):
+        done = subprocess.run([sys.executable, str(HERE / "train.py"), "--out", str(tmp_path), *more],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and "only for --shrink test models" in done.stderr
+
+
+class _Oracle(torch.nn.Module):
+    """Answers the task exactly (the copy rule read off the input), with a chosen top-1/top-2 margin."""
+
+    def __init__(self, margin: float, wrong_at: int | None = None) -> None:
+        super().__init__()
+        self.margin, self.wrong_at, self.task = margin, wrong_at, _task()
+
+    def forward(self, input_ids: torch.Tensor) -> Any:
+        t = self.task
+        b, n = input_ids.shape
+        nxt = torch.arange(1, n + 1)                       # the index each position predicts
+        short = (input_ids[:, 1] == t.SHORT_ID)[:, None]
+        back = torch.where(short | ((nxt - t.HEADER) % 2 == 0), t.SHORT_PERIOD, t.LONG_PERIOD).expand(b, n)
+        src = (nxt - back).clamp(min=0)
+        answer = torch.gather(input_ids, 1, src.clamp(max=n - 1))
+        if self.wrong_at is not None:
+            answer[:, self.wrong_at] = (answer[:, self.wrong_at] + 1) % t.VOCAB_SIZE
+        logits = torch.zeros(b, n, t.VOCAB_SIZE)
+        logits.scatter_(2, answer[..., None], self.margin)
+        return SimpleNamespace(logits=logits)
+
+
+def _checks() -> ModuleType:
+    sys.path.insert(0, str(HERE))
+    try:
+        spec = importlib.util.spec_from_file_location("gemma4_e2b_shaped_checks", HERE / "checks.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(HERE))
+
+
+def test_the_margin_check_passes_confident_right_answers_and_fails_ties_or_a_wrong_one() -> None:
+    checks = _checks()
+    held = checks.load_held()[:24]
+    sure = checks.held_margins(_Oracle(5.0), held, device="cpu")
+    assert sure["passed"] and sure["wrong"] == 0 and sure["positions"] == 24 * 64 and sure["margin_min"] >= 4.9
+    tie = checks.held_margins(_Oracle(0.5), held, device="cpu")
+    assert not tie["passed"] and tie["wrong"] == 0 and tie["frac_margin_ge_1"] == 0.0
+    last = len(held[0][0]) + len(held[0][1]) - 2       # a generated position of the shortest prompt
+    one_wrong = checks.held_margins(_Oracle(5.0, wrong_at=last), held[:1], device="cpu")
+    assert not one_wrong["passed"] and one_wrong["wrong"] == 1
 
 
 def test_a_shrunk_model_never_overwrites_the_checkpoint() -> None:

@@ -4,7 +4,6 @@ outside route, host filesystem read-only, host sockets hidden; the namespace is 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,25 @@ import pytest
 from harness.config import ServerConfig
 from harness.errors import ServerNotReady
 from harness.server import serve
+from sandbox.errors import BackendUnavailable
+from sandbox.host_tools import HostTools, host_tools
 from sandbox.local import LocalBackend
 
-if os.geteuid() != 0 or not all(shutil.which(t) for t in ("ip", "bwrap", "iptables")):
+
+def _tools() -> HostTools | None:
+    """The backend's own tools (PATH's, or an offline GPU host's unpacked ones: RATCHET_SANDBOX_TOOLS)."""
+    try:
+        return host_tools()
+    except BackendUnavailable:
+        return None
+
+
+TOOLS = _tools()
+if os.geteuid() != 0 or TOOLS is None:
     if os.environ.get("CI"):
         pytest.fail(
             "local netns tests need root, iproute2, bubblewrap and iptables (apt-get install -y "
-            "bubblewrap iptables)",
+            "bubblewrap iptables, or RATCHET_SANDBOX_TOOLS naming a folder of them unpacked)",
             pytrace=False,
         )
     pytest.skip("needs root, ip, bwrap, iptables", allow_module_level=True)
@@ -41,7 +52,8 @@ def _serve(tree: Path, model: Path, log: Path, *argv: str, timeout_s: float = 60
 
 
 def _netns_names() -> str:
-    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert TOOLS is not None
+    return subprocess.run([*TOOLS.ip, "netns", "list"], capture_output=True, text=True, check=True).stdout
 
 
 def test_a_netns_candidate_is_reachable_but_reaches_nothing(
