@@ -5,7 +5,8 @@
 #   2. the .deb files of the system tools the host lacks (scripts/gpu-fetch-debs.sh: git, bubblewrap, ip, iptables)
 #   3. `ratchet bundle build`: vLLM 0.26.0 and ratchet's requirements resolved against the host's packages, at the
 #      versions of scripts/gpu-bundle-pins.txt, trimmed (below), each wheel stored then xz-compressed, cut into
-#      parts of CHUNK_MB MiB (58: the host takes 60 MiB a transfer) in .bundle/h200-vllm026 (or $1)
+#      parts of CHUNK_MB MiB (42: a transfer of at most 64 MiB that also carries the ~21 MiB checkout) in
+#      .bundle/h200-vllm026 (or $1)
 # Wheels are cached in .whl/cache (packed copies in .whl/cache/packed): a rebuild downloads and compresses only
 # what changed. Each step prints its seconds.
 #
@@ -57,7 +58,7 @@ build() {
     --drop 'vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so' 'vllm/_moe_C_stable_libtorch.abi3.so' 'vllm/vllm-rs' \
            'vllm/third_party/deep_gemm/*' 'vllm/third_party/fmha_sm100/*' 'vllm/_flashmla_C.abi3.so' \
            'vllm/_flashmla_extension_C.abi3.so' \
-    --file .whl/deb/*.deb --pack xz --chunk-mb "${CHUNK_MB:-58}" --out "$OUT"
+    --file .whl/deb/*.deb --pack xz --chunk-mb "${CHUNK_MB:-42}" --out "$OUT"
 }
 
 [ -f "$STAMP" ] || step "venv of ratchet's requirements ($VENV)" make_venv
