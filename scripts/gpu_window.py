@@ -78,7 +78,7 @@ print(json.dumps({s["name"]: check_kernel(lk.fn, ShapeConfig(**s), CorrectnessCo
 
 # The GPU host's steps from bare to the first measured cell: (name, command, expected seconds, where the figure comes
 # from, whether it runs beside the others). Staging is per part; the part count is read from the built bundle.
-STAGE_S_PER_PART = 30     # carrying one part (at most 58 MiB) over and staging it: 5 parts took 2-3 min on the H200 host
+STAGE_S_PER_PART = 30     # carrying one part (up to 58 MiB) over and staging it: 5 parts took 2-3 min on an H200 host
 PLAN = [
     ("train", "bash scripts/gpu-campaign.sh train", 90, "estimate from FLOPs and the H200's measured training rate "
      "(experiments/models/gemma4-e2b-shaped/README.md); needs only the checkout and the host's torch, so it starts "
