@@ -8,10 +8,11 @@ between the two builds of an A/B, request by request. With `benchmark.dataset: c
 writes each (cell, repeat)'s prompts itself (harness/datasets.py), so it knows what every request asked.
 The client's reported duration is checked against the harness's own clock around the run.
 
-Every request is greedy (`--temperature 0`: the client no longer asks for it by default, and the server's default
-is 1.0, which sampled the benchmark's outputs at random). Text requests also ask for top-k logprobs with token ids
-(`benchmark.logprobs`); the driver keeps them per request (harness/bench_driver.py) and a run whose server returns
-fewer logprob positions than tokens it was asked for fails its checks: a build cannot opt out of being compared.
+Every request is greedy (`benchmark.temperature` 0: the client no longer asks for it by default, and the server's
+default is 1.0, which sampled the benchmark's outputs at random; dummy-weight specs keep the server's default).
+Text requests also ask for top-k logprobs with token ids (`benchmark.logprobs`); the driver keeps them per request
+(harness/bench_driver.py) and a run whose server returns fewer logprob positions than tokens it was asked for fails
+its checks: a build cannot opt out of being compared.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def captures_tokens(job: BenchJob, config: BenchmarkConfig) -> bool:
 def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename: str) -> list[str]:
     logprobs = (["--logprobs", str(config.logprobs), "--extra-body", json.dumps({"return_tokens_as_token_ids": True})]
                 if captures_tokens(job, config) else [])
+    temperature = ["--temperature", f"{config.temperature:g}"] if config.temperature is not None else []
     if job.cell.has_images:
         dataset = _image_dataset_argv(job, config, result_dir)
     elif config.dataset == "copy-task":
@@ -176,7 +178,7 @@ def job_argv(job: BenchJob, config: BenchmarkConfig, result_dir: Path, filename:
         "--base-url", job.base_url, "--model", job.model_name,
         "--tokenizer", str(job.tokenizer), *dataset, "--num-prompts", str(config.prompts_for(job.cell)),
         "--max-concurrency", str(config.max_concurrency), "--num-warmups", str(warmups(job, config)),
-        "--ignore-eos", "--temperature", "0", *logprobs, "--seed", str(config.seed + job.repeat), "--disable-tqdm",
+        "--ignore-eos", *temperature, *logprobs, "--seed", str(config.seed + job.repeat), "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", filename,
     ]

@@ -128,6 +128,11 @@ class BenchmarkConfig(BaseModel):
         """The repeats of the A/Bs a verdict rests on: confirmation and final comparison."""
         return self.confirm_repeats or 2 * self.repeats
     seed: int = 0
+    temperature: Annotated[float, Field(ge=0)] | None = Field(default=0.0, description=(
+        "the sampling temperature every benchmark request asks for: 0, greedy, so that the two builds' outputs can "
+        "be compared request by request. null: the server's default (vLLM's is 1.0), only for dummy weights, whose "
+        "outputs are not compared: greedy on random weights repeats one token (an H100 run decoded every request "
+        "to empty text at 5.8x the TPOT the same grid had when sampled), while earlier GPU figures sampled"))
     logprobs: Annotated[int, Field(ge=2, le=20)] | None = Field(default=2, description=(
         "top-k logprobs every text request of the benchmark asks for (all requests are greedy, temperature 0): "
         "workload parity compares each generated position's logprobs between the two builds, so the check is the "
@@ -159,6 +164,14 @@ class BenchmarkConfig(BaseModel):
         if self.dataset == "copy-task" and short:
             raise ValueError(f"dataset copy-task needs input lengths of at least 42 tokens (a full period of "
                              f"both streams); not {short}")
+        return self
+
+    @model_validator(mode="after")
+    def _compared_outputs_are_greedy(self) -> BenchmarkConfig:
+        # Sampled outputs differ between two servers of one build: neither logprobs nor answers could be compared.
+        if self.temperature != 0.0 and (self.logprobs is not None or self.dataset == "copy-task"):
+            raise ValueError(f"temperature {self.temperature}: workload parity compares the requests' outputs "
+                             "(benchmark.logprobs, dataset copy-task), which needs greedy requests (temperature 0)")
         return self
 
     @model_validator(mode="after")

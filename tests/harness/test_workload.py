@@ -300,3 +300,11 @@ def test_every_request_is_greedy_and_text_requests_ask_for_logprobs_with_token_i
     assert json.loads(argv[argv.index("--extra-body") + 1]) == {"return_tokens_as_token_ids": True}
     off = job_argv(job, BenchmarkConfig(input_lens=[128], output_lens=[4], logprobs=None), tmp_path, "r.json")
     assert "--logprobs" not in off and off[off.index("--temperature") + 1] == "0"
+    # dummy weights' outputs are not compared: such a spec may leave sampling to the server
+    sampled = job_argv(job, BenchmarkConfig(input_lens=[128], output_lens=[4], logprobs=None, temperature=None),
+                       tmp_path, "r.json")
+    assert "--temperature" not in sampled and "--logprobs" not in sampled
+    with pytest.raises(ValueError, match="needs greedy requests"):
+        BenchmarkConfig(input_lens=[128], output_lens=[4], temperature=None)          # logprobs compared
+    with pytest.raises(ValueError, match="needs greedy requests"):
+        BenchmarkConfig(input_lens=[128], output_lens=[4], logprobs=None, temperature=0.7, dataset="copy-task")
