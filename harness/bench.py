@@ -296,6 +296,18 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _finished_run(job: BenchJob, config: BenchmarkConfig, path: Path, *, started: float,
+                  written: tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]) -> CellRun:
+    """A run the client reported done, read back and checked: its result and counts, its token capture, its clock."""
+    result = parse_result(path, job, config.prompts_for(job.cell))
+    tokens = read_tokens(path.with_name(path.name + TOKENS_SUFFIX), job, config.prompts_for(job.cell),
+                         config.logprobs or 0) if captures_tokens(job, config) else ()
+    run = CellRun(job=job, result=result, wall_s=time.monotonic() - started, prompts=written[0], answers=written[1],
+                  tokens=tokens)
+    check_duration(run)
+    return run
+
+
 def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Path,
              python: str = sys.executable, on_done: Callable[[CellRun], None] | None = None,
              check_alive: Callable[[BenchJob], None] | None = None,
@@ -381,21 +393,15 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     try:
                         if check_alive:
                             check_alive(job)
-                        result = parse_result(work_dir / files[index], job, config.prompts_for(job.cell))
-                        written = prompts.get(dataset_path(job, work_dir), ((), ()))
-                        tokens = read_tokens(work_dir / (files[index] + TOKENS_SUFFIX), job,
-                                             config.prompts_for(job.cell), config.logprobs or 0) \
-                            if captures_tokens(job, config) else ()
-                        run = CellRun(job=job, result=result, wall_s=time.monotonic() - started,
-                                      prompts=written[0], answers=written[1], tokens=tokens)
-                        check_duration(run)
+                        run = _finished_run(job, config, work_dir / files[index], started=started,
+                                            written=prompts.get(dataset_path(job, work_dir), ((), ())))
                     except HarnessError as exc:
                         charge(job, exc)
                         continue
                     timing_log.write(json.dumps({
                         "job": files[index], "tag": job.tag, "cell": job.cell.label, "repeat": job.repeat,
                         "freeze_s": round(go - ready, 3), "client_s": round(done - started, 3),
-                        "measured_s": round(float(result.duration), 3),
+                        "measured_s": round(float(run.result.duration), 3),
                         "checks_s": round(time.monotonic() - done, 3)}) + "\n")
                     timing_log.flush()
                     runs.append(run)
