@@ -248,6 +248,24 @@ def _parity_line(body: dict[str, Any]) -> tuple[str, tuple[Divergence, ...]]:
     return "; ".join(parts), tuple(divergences)
 
 
+def _end_facts(body: dict[str, Any], *, metric: str) -> dict[str, Any]:
+    """What campaign.end says: the verdict, why the loop stopped, and the final best-vs-stock comparison."""
+    verdict = _dict(body, "verdict")
+    facts: dict[str, Any] = {
+        "verdict_status": str(verdict.get("status") or ""), "verdict_text": str(verdict.get("text") or ""),
+        "stop_reason": str(body.get("stop_reason") or ""),
+        "wall_seconds": _float((body.get("spent") or {}).get("wall_seconds"))}
+    final = _dict(body, "final")
+    if final:
+        roofline = _dict(final, "roofline")
+        facts.update(final=Ratio.of(final.get("overall")), final_images=Ratio.of(final.get("images")),
+                     final_cells=_cells(final.get("cells"), metric=metric),
+                     final_parity_ok=final.get("parity_ok") if isinstance(final.get("parity_ok"), bool) else None,
+                     final_certificate=_certificate(final),
+                     final_roofline=_rooflines([{"cell": c, "roofline": r} for c, r in roofline.items()]))
+    return facts
+
+
 def campaign_facts(directory: Path) -> CampaignFacts:
     records = read_records(directory)
     by_it: dict[int, dict[str, Any]] = {}
@@ -310,20 +328,7 @@ def campaign_facts(directory: Path) -> CampaignFacts:
                 cells=_cells(body.get("cells"), body.get("incumbent_rows"), body.get("cells_rows"), metric),
                 certificate=_certificate(body), roofline=_rooflines(body.get("cells_rows")), result=True)
         elif kind == "campaign.end":
-            verdict = _dict(body, "verdict")
-            facts["verdict_status"] = str(verdict.get("status") or "")
-            facts["verdict_text"] = str(verdict.get("text") or "")
-            facts["stop_reason"] = str(body.get("stop_reason") or "")
-            facts["wall_seconds"] = _float((body.get("spent") or {}).get("wall_seconds"))
-            final = _dict(body, "final")
-            if final:
-                facts["final"] = Ratio.of(final.get("overall"))
-                facts["final_images"] = Ratio.of(final.get("images"))
-                facts["final_cells"] = _cells(final.get("cells"), metric=facts.get("metric", ""))
-                facts["final_parity_ok"] = final.get("parity_ok") if isinstance(final.get("parity_ok"), bool) else None
-                facts["final_certificate"] = _certificate(final)
-                roofline = _dict(final, "roofline")
-                facts["final_roofline"] = _rooflines([{"cell": c, "roofline": r} for c, r in roofline.items()])
+            facts.update(_end_facts(body, metric=facts.get("metric", "")))
     iterations = tuple(
         IterationFacts(iteration=i, accepted=s["accepted"], parity_ok=s["parity_ok"], outcome=s["outcome"],
                        reason=s["reason"], hypothesis=s.get("hypothesis", ""), source=s.get("source", ""),
