@@ -169,3 +169,13 @@ def test_render_puts_the_step_tables_before_the_top_ops(tmp_path: Path) -> None:
     text = render_profiles([read_profile("end-to-end", Cell(input_len=8, output_len=4), tmp_path / "t", HINTS)])
     assert text.index("per engine step") < text.index("top ops by self time")
     assert "decode: 3 steps" in text and "attention full (d512)" in text
+
+
+def test_trace_files_with_another_time_base_are_moved_onto_the_first(tmp_path: Path) -> None:
+    for name, base, ts in (("a.json", 1_000_000_000, 50.0), ("b.json", 1_002_000_000, 50.0)):
+        (tmp_path / name).write_text(json.dumps({"baseTimeNanoseconds": base, "traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 1},
+            {"ph": "i", "name": "instant", "pid": 1, "tid": 1, "ts": ts}]}))
+    first, second = read_trace_files(tmp_path)
+    assert [e["ts"] for e in first.events] == [50.0]
+    assert [e["ts"] for e in second.events] == [2050.0]          # 2 ms later on the first file's clock
