@@ -179,3 +179,4 @@ def test_trace_files_with_another_time_base_are_moved_onto_the_first(tmp_path: P
     first, second = read_trace_files(tmp_path)
     assert [e["ts"] for e in first.events] == [50.0]
     assert [e["ts"] for e in second.events] == [2050.0]          # 2 ms later on the first file's clock
+
