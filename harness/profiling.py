@@ -109,8 +109,11 @@ def profile_cell(backend: Backend, *, tree: Path, engine_args: dict[str, object]
     # The server writes its traces inside its own sandbox (/tmp there); the harness copies them out after each
     # phase (regular files only, size-capped): a candidate's server never writes into the log folder.
     inner = f"/tmp/ratchet-traces-{secrets.token_hex(4)}"
+    # No summary table at stop (torch_profiler_dump_cuda_time_total): the harness reads the trace itself, and on a
+    # GPU run of a million events building that table would hold /stop_profile for minutes.
     profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": inner, "torch_profiler_with_stack": False,
-                           "torch_profiler_use_gzip": True, "torch_profiler_record_shapes": True})
+                           "torch_profiler_use_gzip": True, "torch_profiler_record_shapes": True,
+                           "torch_profiler_dump_cuda_time_total": False})
     hints, why = model_hints(server.model)
     # the grid's prompts and concurrency; a prefill run sends num_prompts, not the grid's multiple of it (the
     # profiler's overhead would make that run minutes long for no better ranking)

@@ -201,13 +201,19 @@ def _next_on_stream(ordered: list[Event], head: Event) -> list[Event]:
 
 
 def _gemm_with_vocab(gemms: list[Event], host: Sequence[Event], vocab: int) -> Event | None:
+    """The last GEMM whose launching op has `vocab` among its input dims. A kernel names that op by its
+    `External id`, or through its launch (the runtime call with the same correlation carries it)."""
     dims_by_ext: dict[object, object] = {}
+    ext_by_corr: dict[object, object] = {}
     for e in host:
         args = e.get("args") or {}
         if e.get("cat") == "cpu_op" and "Input Dims" in args:
             dims_by_ext[args.get("External id")] = args["Input Dims"]
+        elif "correlation" in args:
+            ext_by_corr[args["correlation"]] = args.get("External id")
     for e in reversed(gemms):
-        dims = dims_by_ext.get((e.get("args") or {}).get("External id"))
+        args = e.get("args") or {}
+        dims = dims_by_ext.get(args.get("External id", ext_by_corr.get(args.get("correlation"))))
         if isinstance(dims, list) and any(isinstance(d, list) and vocab in d for d in dims):
             return e
     return None

@@ -25,7 +25,7 @@ from harness.step_profile import (
     step_table,
 )
 from harness.trace_steps import read_trace_files, split_steps
-from tests.harness.step_traces import ARGMAX, ATTENTION, SLIDING, TraceBuilder, engine_trace
+from tests.harness.step_traces import ARGMAX, ATTENTION, LM_HEAD, SLIDING, TraceBuilder, engine_trace
 
 HINTS = ModelHints(vocab=1000, attention=(("sliding (d256)", 4, 2), ("full (d512)", 1, 1)))
 
@@ -74,6 +74,16 @@ def test_kernel_time_goes_to_its_category_with_lm_head_softcap_and_attention_kin
     assert s1["attention sliding (d256)"] == 40 and s1["attention full (d512)"] == 30
     assert UNSPLIT not in s1 and s1.get("elementwise / other", 0) == 0
     assert any("N = 1000" in note for note in notes)
+
+
+def test_lm_head_is_found_through_its_launch_when_the_kernel_names_no_op(tmp_path: Path) -> None:
+    trace = engine_trace()
+    launches = {e["args"]["correlation"]: e for e in trace.events if e["cat"] == "cuda_runtime"}
+    for e in trace.events:
+        if e["name"] == LM_HEAD:
+            launches[e["args"]["correlation"]]["args"]["External id"] = e["args"].pop("External id")
+    _, notes = step_breakdowns(_split(tmp_path, trace), HINTS)
+    assert notes["lm_head: the GEMM whose op has N = 1000 in its input dims"] == 3     # each of the 3 decode steps
 
 
 def test_without_shapes_lm_head_is_the_last_gemm_and_attention_stays_one_row(tmp_path: Path) -> None:
