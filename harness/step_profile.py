@@ -6,6 +6,8 @@ Per step (harness/trace_steps.py cuts the steps), on a GPU host:
 - GPU idle: wall - busy, split into *launch gaps* (idle between the step's first and last device activity: the
   device waiting for the next launch or for the host mid-step) and *CPU time between GPU work* (wall minus that
   span: scheduling, input preparation, sampling read-back, output processing; what async scheduling hides);
+- kernels in CUDA graphs: the kernel time CUPTI attributes to a graph replay (`graph id`), the check that
+  graphs were on while profiled;
 - host ops while GPU idle: the engine process's recorded host events (ops, runtime calls) in the step's window
   that no device activity overlaps (Python without ops is not recorded, so this is a lower bound);
 - kernel time by category (harness/kernel_names.py), summed over kernels (two streams can overlap, so kernel
@@ -31,10 +33,11 @@ from harness.roofline import ModelShape
 from harness.trace_steps import Event, SplitTrace, Step, self_times, union_us
 
 __all__ = ["ModelHints", "TableRow", "PhaseTable", "StepTable", "step_breakdowns", "step_table",
-           "render_step_table", "WALL", "BUSY", "IDLE", "LAUNCH_GAPS", "CPU_BETWEEN", "HOST_EXPOSED",
+           "render_step_table", "WALL", "BUSY", "IDLE", "GRAPHED", "LAUNCH_GAPS", "CPU_BETWEEN", "HOST_EXPOSED",
            "HOST_OTHER", "UNSPLIT"]
 
 WALL, BUSY, IDLE = "wall", "GPU busy", "GPU idle"
+GRAPHED = "kernels in CUDA graphs"
 LAUNCH_GAPS, CPU_BETWEEN = "launch gaps", "CPU time between GPU work"
 HOST_EXPOSED, HOST_OTHER = "host ops while GPU idle", "host time outside ops"
 UNSPLIT = "attention (not split)"
@@ -126,6 +129,8 @@ def _gpu_step(step: Step, kernels: Sequence[Event], host: Sequence[Event], near:
     rows[LAUNCH_GAPS] = span - busy
     rows[CPU_BETWEEN] = max(step.wall_us - span, 0.0)
     rows[HOST_EXPOSED] = _exposed(host, near, step.start_us, step.end_us)
+    # kernel time replayed from CUDA graphs (CUPTI's graph id): the check that graphs ran while profiled
+    rows[GRAPHED] = sum(float(e["dur"]) for e in kernels if (e.get("args") or {}).get("graph id"))
     for e, label in _labels(kernels, host, hints, notes):
         rows[label] += float(e["dur"])
     return rows
@@ -276,7 +281,7 @@ def step_table(split: SplitTrace, hints: ModelHints | None = None) -> StepTable:
 
 def _row_order(rows: Iterable[str]) -> list[str]:
     present = set(rows)
-    fixed = [WALL, BUSY, IDLE]
+    fixed = [WALL, BUSY, IDLE, GRAPHED]
     split = sorted(r for r in present if r.startswith("attention ") and r != UNSPLIT)
     kinds = [*split, UNSPLIT, *CATEGORIES]       # ATTENTION itself: a CPU host's row (ops are not split)
     tail = [LAUNCH_GAPS, CPU_BETWEEN, HOST_EXPOSED, HOST_OTHER]

@@ -14,6 +14,7 @@ from harness.profiling import read_profile, render_profiles
 from harness.step_profile import (
     BUSY,
     CPU_BETWEEN,
+    GRAPHED,
     HOST_EXPOSED,
     HOST_OTHER,
     IDLE,
@@ -61,6 +62,7 @@ def test_busy_is_the_union_of_device_intervals_and_idle_splits_into_gaps_and_cpu
     assert s1[WALL] == 1000 and s1[IDLE] == 580
     assert s1[LAUNCH_GAPS] == 960 - 420               # idle inside the device span (1090 .. 2050)
     assert s1[CPU_BETWEEN] == 40                      # the wall outside it
+    assert s1[GRAPHED] == 20 + 80 + 40 + 30 + 10      # the graph replay's kernels, not the copy or eager ones
     # host events not under any device activity: the graph launch (20), aten::mm with its launch (10), the four
     # launches after it (4), aten::copy_ (70); aten::empty runs under the graph and does not count
     assert s1[HOST_EXPOSED] == pytest.approx(104)
@@ -108,7 +110,7 @@ def test_the_table_holds_medians_per_phase_and_shares_of_the_median_wall(tmp_pat
     assert rows["GEMM"].share == pytest.approx(0.1)
     assert decode.requests == (2, 2, 2)
     names = [r.name for r in decode.rows]
-    assert names[:3] == [WALL, BUSY, IDLE] and names.index("attention full (d512)") < names.index("GEMM")
+    assert names[:4] == [WALL, BUSY, IDLE, GRAPHED] and names.index("attention full (d512)") < names.index("GEMM")
     assert names.index(LAUNCH_GAPS) > names.index("sampling")
 
 
