@@ -272,9 +272,7 @@ def step_table(split: SplitTrace, hints: ModelHints | None = None) -> StepTable:
         chosen = [(s, r) for s, r in zip(split.steps, per_step, strict=True) if s.phase == phase]
         if chosen:
             phases.append(_phase_table(phase, chosen))
-    idle = sum(s.phase == "idle" for s in split.steps)
-    extra = [f"{idle} steps with nothing scheduled are left out"] if idle else []
-    extra += [f"{reason} ({n} steps)" for reason, n in sorted(notes.items())]
+    extra = [f"{reason} ({n} steps)" for reason, n in sorted(notes.items())]
     return StepTable(source=split.source, device="GPU" if split.has_device else "CPU (no device activity in the "
                      "trace): rows are op self time", phases=tuple(phases), notes=tuple(split.notes) + tuple(extra))
 

@@ -52,7 +52,7 @@ class Step:
     index: int
     start_us: float
     end_us: float                 # the next step's start; the last step's own end
-    phase: str                    # "decode" | "prefill" | "mixed" | "idle" (nothing scheduled) | "unknown"
+    phase: str                    # "decode" | "prefill" | "mixed" | "unknown" (no step ranges, kernels unclear)
     context: tuple[int, int] | None = None      # (requests, tokens) still in prefill, from the step range
     generation: tuple[int, int] | None = None   # (requests, tokens) generating
 
@@ -137,10 +137,19 @@ def _step_ranges(events: Iterable[Event]) -> list[tuple[Event, re.Match[str]]]:
 def _phase(context_requests: int, generation_requests: int) -> str:
     if context_requests and generation_requests:
         return "mixed"
-    return "prefill" if context_requests else "decode" if generation_requests else "idle"
+    return "prefill" if context_requests else "decode" if generation_requests else "unknown"
 
 
-def _by_ranges(file: TraceFile, ranges: list[tuple[Event, re.Match[str]]], notes: tuple[str, ...]) -> SplitTrace:
+def _by_ranges(file: TraceFile, found: list[tuple[Event, re.Match[str]]], notes: tuple[str, ...]) -> SplitTrace:
+    # A range with nothing scheduled (the engine looped while a batch was in flight, or ran dry) is no step: its
+    # time stays with the step before it, and after the last real step it is left out.
+    ranges = [(e, m) for e, m in found if int(m.group(2)) + int(m.group(4)) > 0]
+    if not ranges:
+        raise TraceUnusable(f"{file.name}: its {len(found)} step ranges all have nothing scheduled; profile while "
+                            "the benchmark runs")
+    if len(ranges) < len(found):
+        notes += (f"{len(found) - len(ranges)} step ranges with nothing scheduled are folded into the step before "
+                  "them",)
     pid = ranges[0][0].get("pid")
     starts = [float(e["ts"]) for e, _ in ranges]
     device = [e for e in file.events if e.get("cat") in DEVICE_CATEGORIES]
@@ -160,7 +169,7 @@ def _by_ranges(file: TraceFile, ranges: list[tuple[Event, re.Match[str]]], notes
         c_req, c_tok, g_req, g_tok = (int(x) for x in m.groups())
         steps.append(Step(index=i, start_us=starts[i], end_us=end, phase=_phase(c_req, g_req),
                           context=(c_req, c_tok), generation=(g_req, g_tok)))
-    step_ids = {id(e) for e, _ in ranges}
+    step_ids = {id(e) for e, _ in found}
     host = [e for e in file.events if e.get("pid") == pid and e.get("cat") in HOST_CATEGORIES
             and id(e) not in step_ids]
     extra = (f"{early} device activities launched before the first step range are left out",) if early else ()

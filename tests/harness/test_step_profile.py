@@ -145,6 +145,11 @@ def test_an_empty_folder_or_a_trace_with_nothing_to_cut_is_refused_by_name(tmp_p
                                         "ts": 0, "dur": 5}])
     with pytest.raises(TraceUnusable, match="no engine step ranges .* and no device activity"):
         split_steps(read_trace_files(tmp_path))
+    idle = TraceBuilder()
+    idle.step(0, 50, (0, 0), (0, 0))
+    idle.write(tmp_path / "idle" / "rank0.pt.trace.json.gz")
+    with pytest.raises(TraceUnusable, match="all have nothing scheduled"):
+        split_steps(read_trace_files(tmp_path / "idle"))
 
 
 def test_a_trace_without_steps_keeps_its_top_ops_and_says_why_there_is_no_table(tmp_path: Path) -> None:
@@ -158,7 +163,9 @@ def test_a_trace_without_steps_keeps_its_top_ops_and_says_why_there_is_no_table(
 
 def test_on_a_cpu_host_rows_are_op_self_time_and_the_rest_is_host_time(tmp_path: Path) -> None:
     trace = TraceBuilder()
-    for t0 in (0, 1000):
+    trace.step(700, 50, (0, 0), (0, 0))                # nothing scheduled: folded into the step before it
+    trace.step(2800, 50, (0, 0), (0, 0))               # after the last step: left out
+    for t0 in (0, 1000, 2000):
         trace.step(t0, 600, (0, 0), (1, 1))
         trace.host("aten::linear", t0 + 100, 100)
         trace.host("_C::onednn_mm", t0 + 110, 80)                 # nested: linear keeps 20 µs of self time
@@ -166,14 +173,15 @@ def test_on_a_cpu_host_rows_are_op_self_time_and_the_rest_is_host_time(tmp_path:
         trace.host("_C::onednn_mm", t0 + 400, 30, **{"External id": t0, "Input Dims": [[1, 64], [64, 1000]]})
         trace.host("aten::tanh", t0 + 440, 5)
         trace.host("_C::greedy_argmax", t0 + 460, 10)
-    trace.step(2000, 100, (0, 0), (0, 0))                          # nothing scheduled: ends the step before
     table = step_table(_split(tmp_path, trace), HINTS)
     assert table.device.startswith("CPU")
     rows = {r.name: r.median_us for r in table.phases[0].rows}
     assert rows["GEMM"] == 80 and rows["lm_head + softcap"] == 35 and rows["attention"] == 50
     assert rows["sampling"] == 10 and rows["elementwise / other"] == 20
     assert rows[HOST_OTHER] == 1000 - (80 + 35 + 50 + 10 + 20)
-    assert table.phases[0].steps == 2 and any("nothing scheduled" in n for n in table.notes)
+    assert table.phases[0].steps == 3 and any("2 step ranges with nothing scheduled" in n for n in table.notes)
+    walls = [r[WALL] for r in step_breakdowns(_split(tmp_path, trace), HINTS)[0]]
+    assert walls == [1000, 1000, 600]                 # the last one ends with its own range
 
 
 def test_render_puts_the_step_tables_before_the_top_ops(tmp_path: Path) -> None:
