@@ -81,7 +81,9 @@ class CampaignState:
     incumbent_metrics: tuple[dict[str, object], ...]   # one row per cell (see harness.measure.GridResult.table)
     baseline_metrics: tuple[dict[str, object], ...]
     history: tuple[HistoryEntry, ...] = ()
-    profile: str | None = None                   # a readable top-ops table, when one was taken
+    profile: str | None = None                   # readable: the median engine step per phase, then top ops
+    # the same step table as numbers, phase -> row -> median µs ({"decode": {"wall": ..., "GPU idle": ...}})
+    profile_steps: dict[str, dict[str, float]] = field(default_factory=dict)
     budget_left: dict[str, float] = field(default_factory=dict)
     allowed_paths: tuple[str, ...] = ()          # globs the policy allows writing, for the prompt
     baseline_serving_config: dict[str, object] = field(default_factory=dict)   # the stock engine args

@@ -252,7 +252,8 @@ def start_campaign(spec: CampaignSpec, spec_path: Path, *, proposer: Proposer, b
             raise
         camp = Campaign(spec=spec, spec_path=spec_path, campaign_id=campaign_id, log_dir=log_dir, writer=writer,
                         gate=gate, workspace=ws, backend=backend, proposer=proposer, reference=reference,
-                        baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows, profile=profile,
+                        baseline_rows=rows, incumbent_ref=ws.head(), incumbent_rows=rows,
+                        profile=profile.text if profile else None, profile_steps=profile.steps if profile else {},
                         on_event=on_event, executor=executor, measurement=measurement, measure=measure,
                         round_basis=basis, served=served_environment(target_record(source).get("target_image")),
                         ceilings=ceilings)
@@ -317,7 +318,8 @@ def resume_campaign(log_dir: Path, *, proposer_for: Callable[[CampaignSpec, str]
                         writer=writer, gate=gate, workspace=ws, backend=backend, proposer=proposer,
                         reference=reference, baseline_rows=rows, incumbent_ref=journal.incumbent_ref,
                         incumbent_rows=journal.incumbent_rows or rows, history=list(journal.history),
-                        profile=journal.profile, next_iteration=opened.next_iteration, on_event=on_event,
+                        profile=journal.profile, profile_steps=journal.profile_steps,
+                        next_iteration=opened.next_iteration, on_event=on_event,
                         executor=executor, measurement=measurement, measure=measure, round_basis=basis,
                         served=served_environment(journal.target_image), ceilings=ceilings)
         camp.close_interrupted(journal.open_iterations)   # crashed mid-round: each open iteration closed, go on

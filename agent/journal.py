@@ -55,6 +55,7 @@ class Journal:
     open_iterations: list[int] = field(default_factory=list)   # a hypothesis but no result (crashed mid-round)
     ended: bool = False
     profile: str | None = None
+    profile_steps: dict[str, dict[str, float]] = field(default_factory=dict)   # absent from logs before the table
     measurement_sha256: str | None = None     # the measurement path's digest when the campaign began
     target_image: dict[str, Any] | None = None    # vllm-image: the image and vLLM the workspace was copied from
     start: dict[str, Any] = field(default_factory=dict)   # the campaign.start payload
@@ -143,6 +144,8 @@ def read_journal(directory: Path) -> Journal:
                 journal.incumbent_rows = list(body.get("cells_rows", journal.incumbent_rows))
         elif kind in (records.BASELINE_PROFILE, records.INCUMBENT_PROFILE):   # the latest is the incumbent's
             journal.profile = str(body.get("text", "")) or None
+            steps = body.get("steps")
+            journal.profile_steps = steps if isinstance(steps, dict) else {}
         elif kind == records.CAMPAIGN_END:
             journal.ended = True
             journal.stop_reason, journal.ended_by = str(body.get("stop_reason", "")), body.get("ended_by")

@@ -85,7 +85,8 @@ class Campaign(Engine["CampaignEnd"]):
     reference: list[Generation]
     baseline_rows: list[dict[str, Any]]
     incumbent_rows: list[dict[str, Any]]
-    profile: str | None = None             # the incumbent's top ops (baseline's, then each accept's), rendered
+    profile: str | None = None             # the incumbent's profile (baseline's, then each accept's), rendered
+    profile_steps: dict[str, dict[str, float]] = field(default_factory=dict)   # its step table, as numbers
     started: float = field(default_factory=time.monotonic)
     executor: Executor = field(default_factory=LocalExecutor)
     _eval_minutes: float = 0.0                              # the longest evaluation so far, for the GPU budget
@@ -259,6 +260,7 @@ class Campaign(Engine["CampaignEnd"]):
                              serving_config=self.workspace.serving_config(),
                              incumbent_metrics=tuple(self.incumbent_rows), baseline_metrics=tuple(self.baseline_rows),
                              history=tuple(self.history) + tuple(pending), profile=self.profile,
+                             profile_steps=dict(self.profile_steps),
                              baseline_serving_config=dict(self.spec.server.engine_args),
                              effective_serving_config=dict(self.effective_serving),
                              budget_left={r: self.gate.left(r) for r in SHOWN_BUDGETS},
@@ -477,11 +479,12 @@ class Campaign(Engine["CampaignEnd"]):
                                             confirmation=confirmation if i == best else None))
         accepted_now = [o.iteration for o in outcomes if o.outcome == "accepted"]
         if accepted_now:   # recorded after its result: the new incumbent's hot spots, for the next proposals
-            self.profile = profile_incumbent(spec=self.spec, writer=self.writer, gate=self.gate, ws=self.workspace,
-                                             backend=self.backend, log_dir=self.log_dir, iteration=accepted_now[0],
-                                             on_event=self.on_event,
-                                             reads_profile=self.proposer.reads_profile,
-                                             measure=self.measure) or self.profile
+            taken = profile_incumbent(spec=self.spec, writer=self.writer, gate=self.gate, ws=self.workspace,
+                                      backend=self.backend, log_dir=self.log_dir, iteration=accepted_now[0],
+                                      on_event=self.on_event, reads_profile=self.proposer.reads_profile,
+                                      measure=self.measure)
+            if taken is not None:     # a failed profile leaves the previous one
+                self.profile, self.profile_steps = taken.text, taken.steps
         return outcomes
 
     def _ab_seconds(self, whole: float, *, builds: int) -> float:

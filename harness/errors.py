@@ -14,7 +14,8 @@
      ├── MeasurementTampered  the pristine client, the harness or the interpreter changed during an A/B
      ├── RooflineUnavailable  a model config the served roofline cannot count (it is omitted, never guessed)
  │    └── UnknownArchitecture  not an architecture it counts (named in the message)
-     └── CeilingsUnavailable  this host's matmul rate and bandwidth could not be measured
+     ├── CeilingsUnavailable  this host's matmul rate and bandwidth could not be measured
+     └── TraceUnusable        a profiler trace with nothing to cut into engine steps (empty, or no steps/kernels)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "RooflineUnavailable",
     "UnknownArchitecture",
     "CeilingsUnavailable",
+    "TraceUnusable",
 ]
 
 
@@ -96,3 +98,7 @@ class UnknownArchitecture(RooflineUnavailable):
 
 class CeilingsUnavailable(HarnessError):
     """This host's ceilings (matmul rate, memory bandwidth) could not be measured (harness/ceilings.py)."""
+
+
+class TraceUnusable(HarnessError):
+    """A profiler trace that cannot be cut into engine steps (harness/trace_steps.py); top ops are still read."""

@@ -107,7 +107,11 @@ _DESCRIPTIONS: dict[str, tuple[str, type[_Args]]] = {
         "The incumbent's benchmark metrics per cell (vs the baseline) and its serving config.",
         NoArgs,
     ),
-    "view_profile": ("The incumbent's profile (top ops), when one was taken.", NoArgs),
+    "view_profile": (
+        "The incumbent's profile, when one was taken: the median engine step per phase (wall, GPU busy vs idle, "
+        "kernel time by category, launch gaps, CPU time between GPU work), then the top ops.",
+        NoArgs,
+    ),
     "try_patch": (
         "Try a patch before proposing it: fresh isolated servers of the incumbent and the patched build; "
         "returns 'parity:' (on prompts you may see), 'hint:' (a rough speed ratio, not a verdict) and, when "

@@ -121,3 +121,16 @@ def test_a_kernel_logs_prelude_ending_so_far_and_last_round_come_back(tmp_path: 
     assert (j.incumbent_ref, j.last_round_s, j.final, j.ended) == ("c2", 6.0, {"outcome": "accepted",
                                                                                "best_ref": "c2"}, False)
     assert [h.outcome for h in j.history] == ["rejected", "accepted"] and j.prelude is not None
+
+
+def test_the_latest_profile_comes_back_with_its_step_table_and_an_older_log_without_one(tmp_path: Path) -> None:
+    log, w = _log(tmp_path)
+    w.append("baseline.profile", iteration=0, payload={"cell": "in8/out4", "text": "old ops", "incumbent": "b0"})
+    w.close()
+    j = read_journal(log)
+    assert j.profile == "old ops" and j.profile_steps == {}          # logged before the step table existed
+    log, w = _log(tmp_path / "new")
+    w.append("baseline.profile", iteration=0, payload={"cell": "in8/out4", "text": "ops", "incumbent": "b0",
+                                                       "steps": {"decode": {"wall": 9000.0, "GPU idle": 900.0}}})
+    w.close()
+    assert read_journal(log).profile_steps == {"decode": {"wall": 9000.0, "GPU idle": 900.0}}

@@ -206,3 +206,17 @@ def test_a_resumed_campaign_skips_the_same_noops_and_proposes_the_same_point(tmp
                                 rng=random.Random(k)).source  # type: ignore[union-attr]
                for k in range(3)}
     assert len(sources) == 1
+
+
+def test_with_a_profile_the_hypothesis_cites_the_part_of_the_step_the_knob_acts_on(tmp_path: Path) -> None:
+    (tmp_path / "serving.yaml").write_text("max_num_seqs: 8\n")
+    steps = {"decode": {"wall": 8000.0, "GPU busy": 6000.0, "GPU idle": 2000.0, "launch gaps": 400.0,
+                        "CPU time between GPU work": 1600.0}}
+    state = CampaignState(iteration=1, incumbent_ref="x", serving_config={"max_num_seqs": 8}, incumbent_metrics=(),
+                          baseline_metrics=(), profile_steps=steps)
+    proposer = SearchProposer(SearchConfig(space={"async_scheduling": [True]}, strategy="ordered"))
+    result = proposer.propose(state, FileTools(tmp_path), rng=random.Random(0))  # type: ignore[arg-type]
+    assert isinstance(result, Proposal)
+    assert "median step): decode 8000 µs, CPU time between GPU work 1600 µs (20%)" in result.hypothesis
+    plain = proposer.propose(_state({"max_num_seqs": 8}), FileTools(tmp_path), rng=random.Random(0))  # type: ignore[arg-type]
+    assert isinstance(plain, Proposal) and "Measured" not in plain.hypothesis and plain.source == result.source
