@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from harness.bench_driver import TOKENS_SUFFIX
+from harness.bench_driver import MEASURED_LINE, TOKENS_SUFFIX
 from harness.config import BenchmarkConfig, Cell
 from harness.datasets import write_copy_task, write_read_task
 from harness.errors import BenchmarkFailed, HarnessError, MalformedBenchResult
@@ -202,8 +202,9 @@ def _write_datasets(jobs: Sequence[BenchJob], config: BenchmarkConfig, work_dir:
     return out
 
 
-# The client's own duration must fit inside the harness's clock from "go" to "done" (plus scheduling slack),
-# and may not be implausibly shorter: the client's start-up happens before "go", so what remains is the run.
+# The client's own duration must fit inside the harness's clock from the run's first measured request (the driver's
+# MEASURED_LINE; "go" for a client that does not say it) to "done" (plus scheduling slack), and may not be
+# implausibly shorter: the client's start-up and its warm-ups happen before, so what remains is the run.
 DURATION_SLACK_S = 2.0
 TIMINGS_FILE = "timings.jsonl"
 
@@ -214,7 +215,8 @@ def check_duration(run: CellRun) -> None:
     if reported > run.wall_s + DURATION_SLACK_S or reported < 0.5 * run.wall_s - 5 * DURATION_SLACK_S:
         raise BenchmarkFailed(
             f"{run.job.tag} {run.job.cell.label} repeat {run.job.repeat}: the client reported {reported:.2f} s, "
-            f"the harness timed {run.wall_s:.2f} s from go to done: the measurement is not trustworthy")
+            f"the harness timed {run.wall_s:.2f} s from its first measured request to done: the measurement is not "
+            "trustworthy")
 
 
 def parse_result(path: Path, job: BenchJob, num_prompts: int) -> BenchResult:
@@ -352,7 +354,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
         fired = threading.Event()
         watchdog = threading.Timer(timeout, lambda: (fired.set(), _kill_group(proc.pid)))
         watchdog.start()
-        started = time.monotonic()
+        started = measured = time.monotonic()
         try:
             assert proc.stdout is not None and proc.stdin is not None
             for raw_line in proc.stdout:
@@ -371,7 +373,9 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     proc.stdin.write(f"go {index}\n".encode())
                     proc.stdin.flush()
                 elif line.startswith("RATCHET_JOB_START"):
-                    started = time.monotonic()
+                    started = measured = time.monotonic()
+                elif line.startswith(MEASURED_LINE):
+                    measured = time.monotonic()      # after the warm-ups: where the client's own clock starts
                 elif line.startswith("RATCHET_JOB_SKIPPED"):
                     settled += 1
                 elif line.startswith("RATCHET_JOB_FAILED"):
@@ -393,7 +397,7 @@ def run_jobs(jobs: Sequence[BenchJob], config: BenchmarkConfig, *, work_dir: Pat
                     try:
                         if check_alive:
                             check_alive(job)
-                        run = _finished_run(job, config, work_dir / files[index], started=started,
+                        run = _finished_run(job, config, work_dir / files[index], started=measured,
                                             written=prompts.get(dataset_path(job, work_dir), ((), ())))
                     except HarnessError as exc:
                         charge(job, exc)

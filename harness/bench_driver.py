@@ -35,6 +35,9 @@ from typing import Any
 _STREAM: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("ratchet_stream", default=None)
 TOKENS_SUFFIX = ".tokens.json"
 CAPTURED_BACKENDS = ("vllm", "openai")     # the completions endpoint: its logprobs carry token ids
+# Printed when a run's first measured request is sent: the harness's clock for the duration check starts there, so a
+# cold server's warm-ups (20 s on a 2-core host, not in the client's duration) do not count against the run.
+MEASURED_LINE = "RATCHET_RUN_MEASURED"
 
 
 def reuse_tokenizers(serve: ModuleType) -> dict[str, Any]:
@@ -52,10 +55,24 @@ def reuse_tokenizers(serve: ModuleType) -> dict[str, Any]:
     return loaded
 
 
-def capture_streams(lib: ModuleType, request_funcs: MutableMapping[str, Any]) -> dict[str, list[str]]:
-    """Keep every identified request's raw stream messages, by request id. Warm-ups and the client's first
-    test request carry no id and are not kept (they are not measured either)."""
-    captured: dict[str, list[str]] = {}
+class StreamCapture:
+    """One job's measured requests: each identified request's raw stream messages, by request id, and whether the
+    first of them has been sent (the measured run began: MEASURED_LINE, for the harness's clock)."""
+
+    def __init__(self) -> None:
+        self.streams: dict[str, list[str]] = {}
+        self.measured = False
+
+    def reset(self) -> None:
+        self.streams.clear()
+        self.measured = False
+
+
+def capture_streams(lib: ModuleType, request_funcs: MutableMapping[str, Any]) -> StreamCapture:
+    """Wrap every request function: the first identified request of a run prints MEASURED_LINE (warm-ups and the
+    client's first test request carry no id: they are not measured), and the completions endpoint's identified
+    requests keep their raw stream messages."""
+    capture = StreamCapture()
     add_chunk = lib.StreamedResponseHandler.add_chunk
 
     def recording_add_chunk(self: object, chunk_bytes: bytes) -> list[str]:
@@ -66,24 +83,30 @@ def capture_streams(lib: ModuleType, request_funcs: MutableMapping[str, Any]) ->
         return messages
 
     lib.StreamedResponseHandler.add_chunk = recording_add_chunk
-    for name in CAPTURED_BACKENDS:
-        original = request_funcs[name]
+    for name, original in list(request_funcs.items()):
+        request_funcs[name] = _recording(original, capture, keep=name in CAPTURED_BACKENDS)
+    return capture
 
-        async def recording(request_func_input: Any, session: Any, pbar: Any = None, _original: Any = original
-                            ) -> Any:
-            request_id = request_func_input.request_id
-            if not request_id:
-                return await _original(request_func_input, session, pbar)
-            box: list[str] = []
-            token = _STREAM.set(box)
-            try:
-                return await _original(request_func_input, session, pbar)
-            finally:
-                _STREAM.reset(token)
-                captured[request_id] = box
 
-        request_funcs[name] = recording
-    return captured
+def _recording(original: Any, capture: StreamCapture, *, keep: bool) -> Any:
+    async def recording(request_func_input: Any, session: Any, pbar: Any = None) -> Any:
+        request_id = request_func_input.request_id
+        if not request_id:
+            return await original(request_func_input, session, pbar)
+        if not capture.measured:
+            capture.measured = True
+            print(MEASURED_LINE, flush=True)
+        if not keep:
+            return await original(request_func_input, session, pbar)
+        box: list[str] = []
+        token = _STREAM.set(box)
+        try:
+            return await original(request_func_input, session, pbar)
+        finally:
+            _STREAM.reset(token)
+            capture.streams[request_id] = box
+
+    return recording
 
 
 def _token_id(key: str) -> int:
@@ -151,11 +174,11 @@ def main(jobs_path: str) -> int:
             print(f"RATCHET_JOB_ABORT {index}", flush=True)
             return 1
         print(f"RATCHET_JOB_START {index}", flush=True)
-        captured.clear()
+        captured.reset()
         try:
             bench_main(args)
             if args.logprobs is not None:
-                write_tokens(captured, args.request_id_prefix,
+                write_tokens(captured.streams, args.request_id_prefix,
                              os.path.join(args.result_dir, args.result_filename + TOKENS_SUFFIX))
         except Exception:   # one build's dead server must not end the other builds' runs: the harness decides
             traceback.print_exc()

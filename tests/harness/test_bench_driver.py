@@ -100,6 +100,22 @@ def test_a_job_list_leaves_one_timing_line_per_run_splitting_freeze_client_and_c
         assert 0.0 <= t["checks_s"] < 1.0
 
 
+def test_the_duration_check_starts_at_the_runs_first_measured_request_not_before_its_warm_ups(tmp_path: Path) -> None:
+    """A cold server's warm-ups (about 20 s on a 2-core host) happen after "go" and outside the client's own duration:
+    the harness's clock for the check starts when the driver says the first measured request went out."""
+    python = _stand_in_python(tmp_path)
+    (tmp_path / "client.py").write_text(STAND_IN.replace(
+        '    print(f"RATCHET_JOB_START {i}", flush=True)\n',
+        '    print(f"RATCHET_JOB_START {i}", flush=True)\n    time.sleep(3.0)\n'
+        '    print("RATCHET_RUN_MEASURED", flush=True)\n'))
+    config = BenchmarkConfig(input_lens=[32], output_lens=[4], num_prompts=4, max_concurrency=4, repeats=4)
+    job = BenchJob(cell=Cell(input_len=32, output_len=4), base_url="http://127.0.0.1:1", model_name="m",
+                   tokenizer=tmp_path, tag="A", repeat=0)
+    [run] = run_jobs([job], config, work_dir=tmp_path / "bench", python=str(python))
+    timing = json.loads((tmp_path / "bench" / TIMINGS_FILE).read_text())
+    assert timing["client_s"] >= 3.0 and 0.2 <= run.wall_s < 2.5    # the warm-up is the client's, not the run's
+
+
 def test_a_build_whose_runs_fail_their_checks_is_failed_alone_and_its_later_runs_skipped(tmp_path: Path) -> None:
     """In a comparison of several candidates, one whose server miscounts the tokens it served fails by itself:
     the incumbent and the other candidates are measured to the end; its own later runs are not sent."""
@@ -168,7 +184,8 @@ def test_a_stream_becomes_each_tokens_id_logprob_and_ranked_top_k() -> None:
     assert parsed["top_logprobs"][1] == [[8.0, -0.25], [9.0, -7.25]]      # best first
 
 
-def test_only_identified_requests_are_kept_and_written_in_request_order(tmp_path: Path) -> None:
+def test_only_identified_requests_are_kept_and_written_in_request_order(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """The client's warm-ups and first test request carry no id (not measured, not kept); the dataset numbers
     the measured ones prefix + index, and they finish in any order."""
     class Handler:
@@ -185,7 +202,7 @@ def test_only_identified_requests_are_kept_and_written_in_request_order(tmp_path
     lib = ModuleType("lib")
     lib.StreamedResponseHandler = Handler  # type: ignore[attr-defined]
     funcs: dict[str, Any] = {"vllm": request, "openai": request, "openai-chat": request}
-    captured = capture_streams(lib, funcs)
+    capture = capture_streams(lib, funcs)
 
     async def run() -> None:
         asks = [SimpleNamespace(request_id="bench-1-1", messages=[_sse([5], [-0.1])], delay=1),
@@ -194,11 +211,17 @@ def test_only_identified_requests_are_kept_and_written_in_request_order(tmp_path
         assert await asyncio.gather(*(funcs["vllm"](ask, None) for ask in asks)) == ["output"] * 3
 
     asyncio.run(run())
-    assert sorted(captured) == ["bench-1-0", "bench-1-1"]
-    write_tokens(captured, "bench-1-", str(tmp_path / "job.json.tokens.json"))
+    assert sorted(capture.streams) == ["bench-1-0", "bench-1-1"]
+    write_tokens(capture.streams, "bench-1-", str(tmp_path / "job.json.tokens.json"))
     written = json.loads((tmp_path / "job.json.tokens.json").read_text())["requests"]
     assert [r["token_ids"] for r in written] == [[4, 6], [5]]
-    assert funcs["openai-chat"] is request                   # chat requests (pictures) are scored, not captured
+    # chat requests (pictures) are scored against their answers, not captured: only their first says the run began
+    assert funcs["openai-chat"] is not request and capture.measured
+    capture.reset()
+    asyncio.run(funcs["openai-chat"](SimpleNamespace(request_id="bench-2-0", messages=[_sse([7], [-0.1])], delay=0),
+                                     None))
+    assert capture.streams == {} and capture.measured
+    assert capsys.readouterr().out.count("RATCHET_RUN_MEASURED") == 2     # once per run
 
 
 def test_a_run_whose_server_streamed_fewer_logprobs_than_tokens_fails_naming_the_request(tmp_path: Path) -> None:
