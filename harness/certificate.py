@@ -13,14 +13,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from harness.parity import ParityReport
+from harness.parity import Drift, ParityReport
 
 __all__ = ["parity_certificate", "certificate_line", "certificate_lines"]
+
+# How the certificate names the roofline figures it carries (harness/physics.py's keys).
+ROOFLINE_NAMES = {"mfu": "MFU", "mbu": "bandwidth used", "roofline": "share of the floor reached"}
 
 
 def _drift(nats: float | None, tolerance: float | None, where: str | None) -> dict[str, Any]:
     return {"nats": nats, "tolerance": tolerance, "at": where,
             "within": None if tolerance is None or nats is None else nats <= tolerance}
+
+
+def _where(drift: Drift | None) -> str | None:
+    return f"{drift.prompt_id} token {drift.position}" if drift is not None else None
 
 
 def parity_certificate(report: ParityReport, *, tolerance_basis: str,
@@ -29,15 +36,14 @@ def parity_certificate(report: ParityReport, *, tolerance_basis: str,
     per cell, the fractions of the host's ceilings the candidate's measurement reached (omitted when none)."""
     held = {"prompts": len(report.verdicts), "identical": sum(v.match for v in report.verdicts),
             "excused": len(report.excused), "mismatches": len(report.mismatches),
-            "drift": _drift(report.drift.nats if report.drift else None, report.tolerance,
-                            str(report.drift) if report.drift else None)}
+            "drift": _drift(report.drift.nats if report.drift else None, report.tolerance, _where(report.drift))}
     cert: dict[str, Any] = {"ok": report.ok, "held": held, "tolerance_basis": tolerance_basis}
     work = report.workload
     if work is not None:
         cert["benchmark"] = {"requests": work.requests, "identical": work.identical, "positions": work.positions,
                              "divergences": len(work.divergences), "ties": len(work.ties) if work.judged else None,
                              "drift": _drift(work.drift.nats if work.drift else None, work.tolerance,
-                                             str(work.drift) if work.drift else None)}
+                                             _where(work.drift))}
         if work.scores is not None:
             s = work.scores
             cert["answers"] = {"reference_wrong": s.reference_wrong, "candidate_wrong": s.candidate_wrong,
@@ -55,7 +61,9 @@ def _drift_text(drift: Mapping[str, Any]) -> str:
     nats, tol = drift.get("nats"), drift.get("tolerance")
     if nats is None:
         return "drift not measured"
-    return f"drift {nats:.2g}" + (f" <= {tol:g}" if drift.get("within") else f" > {tol:g}" if tol else " (not judged)")
+    if tol is None:
+        return f"drift {nats:.2g} (not judged)"
+    return f"drift {nats:.2g} " + ("within" if drift.get("within") else "ABOVE") + f" the tolerance {tol:g}"
 
 
 def certificate_line(cert: Mapping[str, Any]) -> str:
@@ -78,7 +86,7 @@ def certificate_lines(cert: Mapping[str, Any]) -> list[str]:
     held, lines = cert["held"], []
     lines.append(f"held prompts (never shown to the proposer): {held['identical']}/{held['prompts']} identical "
                  f"greedy ids" + (f", {held['excused']} excused (the reference was wrong)" if held["excused"] else "")
-                 + f"; logprob {_drift_text(held['drift'])} nats" + (f" at {held['drift']['at']}"
+                 + f"; logprob {_drift_text(held['drift'])} nats" + (f", largest at {held['drift']['at']}"
                                                                       if held["drift"].get("at") else ""))
     bench = cert.get("benchmark")
     if bench:
@@ -91,5 +99,6 @@ def certificate_lines(cert: Mapping[str, Any]) -> list[str]:
                      f"{answers['alpha']:g}): " + ("WORSE" if answers["worse"] else "no worse"))
     lines.append(f"tolerance basis: {cert.get('tolerance_basis', '')}")
     for cell, fractions in (cert.get("roofline") or {}).items():
-        lines.append(f"roofline {cell}: " + ", ".join(f"{k} {v:.1%}" for k, v in fractions.items()))
+        named = (f"{ROOFLINE_NAMES.get(k, k)} {v:.1%}" for k, v in fractions.items())
+        lines.append(f"roofline {cell}: " + ", ".join(named))
     return lines
